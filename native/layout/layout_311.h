@@ -1,0 +1,218 @@
+/* layout_311.h -- CPython 3.11 object layout for archived objects.
+ *
+ * Included by layout.c only.  Sources: Include/cpython/code.h (_PyCode_DEF),
+ * Include/cpython/unicodeobject.h (PyASCIIObject, PyCompactUnicodeObject),
+ * Include/cpython/bytesobject.h, Include/cpython/longintrepr.h,
+ * Include/internal/pycore_gc.h (PyGC_Head) and Include/internal/pycore_code.h
+ * (QUICKENING_INITIAL_WARMUP_VALUE) of 3.11; Python/marshal.c (r_object)
+ * says which objects a .pyc produces and Tools/scripts/deepfreeze.py shows
+ * how 3.11 lays out static code objects.
+ *
+ * 3.11 has no immortal objects: archived objects get a reference count so
+ * large that no program brings it to zero (PYCDS_REFCNT), so they are never
+ * deallocated.  Tuples are GC types: they get a zeroed (untracked) PyGC_Head.
+ */
+#include "internal/pycore_gc.h"
+#include "internal/pycore_code.h"
+
+#define PYCDS_LAYOUT_NAME "cpython-3.11"
+#define PYCDS_STR2(x) #x
+#define PYCDS_STR(x) PYCDS_STR2(x)
+#define PYCDS_LAYOUT_SIZES                                         \
+    "code=" PYCDS_STR(SIZEOF_VOID_P) "/"                           \
+    "gc=" PYCDS_STR(SIZEOF_VOID_P)
+
+#define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
+
+/* Pointer fields of PyCodeObject copied with the code object; order matches
+ * Include/cpython/code.h.  Fields not listed are scalars copied as they are,
+ * or per-process caches reset by copy_code(). */
+#define PYCDS_CODE_PTR_FIELDS(X)                                   \
+    X(co_consts) X(co_names) X(co_exceptiontable)                  \
+    X(co_localsplusnames) X(co_localspluskinds) X(co_filename)     \
+    X(co_name) X(co_qualname) X(co_linetable)
+
+static void
+set_refcnt(pycds_writer *w, uint64_t off)
+{
+    PyObject *copy = (PyObject *)pycds_w_at(w, off);
+    copy->ob_refcnt = PYCDS_REFCNT;
+}
+
+static int
+copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    if (!PyUnicode_IS_READY(op) || !PyUnicode_IS_COMPACT(op)) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED, "str is not in compact form");
+    }
+    Py_ssize_t len = PyUnicode_GET_LENGTH(op);
+    size_t size;
+    if (PyUnicode_IS_ASCII(op)) {
+        size = sizeof(PyASCIIObject) + (size_t)len + 1;
+    }
+    else {
+        size = sizeof(PyCompactUnicodeObject)
+               + ((size_t)len + 1) * PyUnicode_KIND(op);
+    }
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, *off);
+    a->hash = -1;
+    a->state.interned = SSTATE_NOT_INTERNED;
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    a->wstr = NULL;
+    if (!PyUnicode_IS_ASCII(op)) {
+        PyCompactUnicodeObject *c = (PyCompactUnicodeObject *)a;
+        c->utf8 = NULL;
+        c->utf8_length = 0;
+        c->wstr_length = 0;
+    }
+    _Py_COMP_DIAG_POP
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    size_t size = offsetof(PyBytesObject, ob_sval) + (size_t)Py_SIZE(op) + 1;
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    ((PyBytesObject *)pycds_w_at(w, *off))->ob_shash = -1;
+    _Py_COMP_DIAG_POP
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    Py_ssize_t n = Py_SIZE(op) < 0 ? -Py_SIZE(op) : Py_SIZE(op);
+    size_t size = offsetof(PyLongObject, ob_digit)
+                  + sizeof(digit) * (size_t)(n > 0 ? n : 1);
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_fixed(pycds_writer *w, PyObject *op, size_t size, uint64_t *off)
+{
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(op);
+    size_t size = _PyObject_VAR_SIZE(&PyTuple_Type, n);
+    int rc = copy_raw(w, op, size, sizeof(PyGC_Head), off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    rc = copy_type_slot(w, *off, op);
+    for (Py_ssize_t i = 0; rc == PYCDS_OK && i < n; i++) {
+        rc = pycds_w_slot(w, *off + offsetof(PyTupleObject, ob_item)
+                                 + (size_t)i * sizeof(PyObject *),
+                          PyTuple_GET_ITEM(op, i), depth);
+    }
+    return rc;
+}
+
+static int
+copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    size_t size = _PyObject_VAR_SIZE(&PyCode_Type, Py_SIZE(op));
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    PyCodeObject *c = (PyCodeObject *)pycds_w_at(w, *off);
+    /* Per-process state starts as a fresh unmarshal leaves it. */
+    c->co_warmup = QUICKENING_INITIAL_WARMUP_VALUE;
+    c->_co_linearray_entry_size = 0;
+    c->co_weakreflist = NULL;
+    c->_co_code = NULL;
+    c->_co_linearray = NULL;
+    c->co_extra = NULL;
+    /* The bytecode must be the unquickened form marshal produced. */
+    PyCodeObject *src = (PyCodeObject *)op;
+    if (src->co_warmup != QUICKENING_INITIAL_WARMUP_VALUE) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED,
+                          "code object %.100s has already run (quickened)",
+                          PyUnicode_AsUTF8(src->co_name));
+    }
+    rc = copy_type_slot(w, *off, op);
+#define COPY_FIELD(f)                                                   \
+    if (rc == PYCDS_OK) {                                               \
+        rc = pycds_w_slot(w, *off + offsetof(PyCodeObject, f),          \
+                          src->f, depth);                               \
+    }
+    PYCDS_CODE_PTR_FIELDS(COPY_FIELD)
+#undef COPY_FIELD
+    return rc;
+}
+
+int
+pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    if (PyUnicode_CheckExact(op)) {
+        return copy_str(w, op, off);
+    }
+    if (PyBytes_CheckExact(op)) {
+        return copy_bytes(w, op, off);
+    }
+    if (PyLong_CheckExact(op)) {
+        return copy_long(w, op, off);
+    }
+    if (PyFloat_CheckExact(op)) {
+        return copy_fixed(w, op, sizeof(PyFloatObject), off);
+    }
+    if (PyComplex_CheckExact(op)) {
+        return copy_fixed(w, op, sizeof(PyComplexObject), off);
+    }
+    if (PyTuple_CheckExact(op)) {
+        return copy_tuple(w, op, depth, off);
+    }
+    if (PyCode_Check(op)) {
+        return copy_code(w, op, depth, off);
+    }
+    return unsupported(op);
+}
+
+int
+pycds_layout_str_interned(PyObject *op)
+{
+    return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
+}
+
+int
+pycds_layout_intern(PyObject **slot)
+{
+    /* The heap copy has a huge reference count and is never freed, so the
+     * reference PyUnicode_InternInPlace drops (if an equal string is already
+     * interned) or takes over (if the copy becomes the interned one) is
+     * harmless; the slot then holds the interpreter's interned string. */
+    PyUnicode_InternInPlace(slot);
+    if (PyErr_Occurred()) {
+        return pycds_fail_python("interning a string");
+    }
+    return PYCDS_OK;
+}

@@ -1,0 +1,60 @@
+/* pycds_internal.h -- declarations shared by the native sources (not by cffi).
+ *
+ * Version-free code (writer.c, loader.c, image.c) talks to the object layout
+ * of the running CPython only through the pycds_layout_* functions, which
+ * layout.c implements by including the one header for this minor version
+ * (layout/layout_3XX.h).
+ */
+#ifndef PYCDS_INTERNAL_H
+#define PYCDS_INTERNAL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "pycds_native.h"
+
+#if PY_VERSION_HEX < 0x030A0000 || PY_VERSION_HEX >= 0x030E0000
+#  error "pycds supports CPython 3.10 to 3.13"
+#endif
+
+/* Deepest nesting of constants copied; marshal.c refuses deeper data
+ * (MAX_MARSHAL_STACK_DEPTH is 2000), so no loadable .pyc goes beyond it. */
+#define PYCDS_MAX_DEPTH 2000
+
+/* errors.c: record a detail message for pycds_last_error(); returns code. */
+int pycds_fail(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Record the pending Python exception as the detail, clear it, return
+ * PYCDS_E_PYTHON (or PYCDS_E_NOMEM for MemoryError). */
+int pycds_fail_python(const char *what);
+
+/* image.c: the loaded object (libpython or the executable) that holds the
+ * interpreter's static objects.  Anchor: &_Py_NoneStruct. */
+int pycds_image_init(void);
+int pycds_image_contains(const void *p, size_t size);
+uintptr_t pycds_image_anchor(void);
+const char *pycds_image_build_id(void);   /* hex, or "" if none */
+const char *pycds_image_path(void);
+
+/* writer.c: services the layout code uses while copying one object. */
+int pycds_w_alloc(pycds_writer *w, size_t size, uint64_t *off);
+void *pycds_w_at(pycds_writer *w, uint64_t off);
+/* Copy `child` (or refer to it, if static) and store the reference in the
+ * pointer slot at heap offset slot_off, recording its relocation entry. */
+int pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth);
+
+/* layout.c: one CPython minor version's object layout. */
+/* Copy op (an exact instance of a supported type, not static) into the
+ * heap; *off receives the offset of the PyObject (after any GC header). */
+int pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off);
+/* Nonzero if str op is interned and must be re-interned at load. */
+int pycds_layout_str_interned(PyObject *op);
+/* Re-intern the str in *slot at load (replaces *slot). */
+int pycds_layout_intern(PyObject **slot);
+/* Text describing the layout facts an archive depends on. */
+int pycds_layout_describe(char *buf, size_t cap);
+
+#endif /* PYCDS_INTERNAL_H */

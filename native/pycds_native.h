@@ -1,0 +1,103 @@
+/* pycds_native.h -- the boundary between Python (cffi) and the native archiver.
+ *
+ * Only plain C types cross it.  Python objects travel as uintptr_t (id(obj) on
+ * CPython) and stay owned by the caller, who keeps them alive for the call;
+ * results come back in out-parameters or are appended to a list the caller
+ * owns (passed by id()).  Every function returns 0 or a negative PYCDS_E_*
+ * code; pycds_strerror() names the code and pycds_last_error() gives the
+ * detail of the most recent failure.  No function leaves a Python exception
+ * set.  cffi calls these functions with the GIL released; those that touch
+ * Python objects take it first (PyGILState_Ensure).
+ *
+ * The cffi cdef (pycds_native.cdef) repeats these declarations and must match.
+ */
+#ifndef PYCDS_NATIVE_H
+#define PYCDS_NATIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Status codes. */
+#define PYCDS_OK 0
+#define PYCDS_E_NOMEM (-1)        /* an allocation failed */
+#define PYCDS_E_UNSUPPORTED (-2)  /* an object the archive cannot hold */
+#define PYCDS_E_TOODEEP (-3)      /* constants nested deeper than the limit */
+#define PYCDS_E_TOOBIG (-4)       /* a module's objects exceed 4 GiB */
+#define PYCDS_E_IO (-5)           /* read or map of the archive failed */
+#define PYCDS_E_CORRUPT (-6)      /* checksum or bounds check failed */
+#define PYCDS_E_FOREIGN (-7)      /* archive made by another interpreter build */
+#define PYCDS_E_STATE (-8)        /* module failed before, or bad handle */
+#define PYCDS_E_ARG (-9)          /* an argument is out of range */
+#define PYCDS_E_PYTHON (-10)      /* a Python C-API call failed */
+
+/* Relocation kinds: the low 3 bits of a relocation entry.  The entry's
+ * other bits are the slot's byte offset in its module chunk (8-aligned). */
+#define PYCDS_RELOC_INTERNAL 0    /* slot holds a chunk offset */
+#define PYCDS_RELOC_EXTERNAL 1    /* slot holds an offset from the image anchor */
+#define PYCDS_RELOC_INTERN 2      /* INTERNAL, then re-intern the str */
+#define PYCDS_RELOC_FROZENSET 3   /* INTERNAL to a tuple, then frozenset(tuple) */
+
+/* Mode values mirrored from pycds/_config.py. */
+#define PYCDS_MODE_OFF 0
+#define PYCDS_MODE_TRACE 1
+#define PYCDS_MODE_DUMP 2
+#define PYCDS_MODE_SHARE 3
+
+/* What pycds_writer_add() reports about one module's chunk. */
+typedef struct {
+    uint64_t chunk_off;    /* byte offset of the chunk in the heap section */
+    uint64_t chunk_len;    /* bytes */
+    uint64_t root_off;     /* offset of the code object inside the chunk */
+    uint64_t reloc_first;  /* index of the first relocation entry */
+    uint64_t reloc_count;  /* number of relocation entries */
+    uint64_t checksum;     /* pycds_hash64 over chunk bytes, then entries */
+    uint64_t nobjects;     /* objects copied */
+} pycds_chunk_info;
+
+typedef struct pycds_writer pycds_writer;
+typedef struct pycds_archive pycds_archive;
+
+/* Errors.  Both return static or thread-local storage: do not free. */
+const char *pycds_strerror(int code);
+const char *pycds_last_error(void);
+
+/* Version of this build of the native module; pycds/_nativeapi.py compares
+ * it with the Python package's version.  Static string. */
+const char *pycds_build_version(void);
+
+/* 64-bit hash (XXH64 algorithm) of n bytes with a seed. Pure, no GIL. */
+uint64_t pycds_hash64(const void *data, size_t n, uint64_t seed);
+
+/* Identity of the running interpreter image and object layout, written as
+ * text into buf (at most cap bytes, NUL-terminated).  It changes whenever
+ * the static objects could sit at other offsets from the anchor. */
+int pycds_layout_id(char *buf, size_t cap);
+
+/* Writer: deep-copies code objects into a growing heap.  The writer owns
+ * its buffers; pycds_writer_free() releases them (NULL is allowed). */
+int pycds_writer_new(uint64_t seed, pycds_writer **out);
+int pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info);
+/* Borrowed views of the heap and relocation buffers, valid until the next
+ * pycds_writer_add() or pycds_writer_free(). */
+int pycds_writer_heap(pycds_writer *w, const uint8_t **data, size_t *len);
+int pycds_writer_relocs(pycds_writer *w, const uint32_t **data, size_t *count);
+void pycds_writer_free(pycds_writer *w);
+
+/* Loader.  pycds_archive_open() dup()s fd (the caller keeps its own), maps
+ * the heap section MAP_PRIVATE and checks layout_id against this image.  The
+ * handle and its mapping live until pycds_archive_close(); objects handed out
+ * by pycds_archive_load() are never freed, so a handle whose modules were
+ * loaded must never be closed (close is for tests and refused archives). */
+int pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
+                       uint64_t reloc_off, uint64_t reloc_count,
+                       uint32_t nmodules, uint64_t seed,
+                       const char *layout_id, pycds_archive **out);
+/* Loads module `module_no` (once; later calls return the same object):
+ * reads its chunk into the mapping, verifies the checksum, applies the
+ * relocation entries, re-interns strings, rebuilds frozensets, and appends
+ * the module's code object to the list `out_list` (a new reference). */
+int pycds_archive_load(pycds_archive *a, uint32_t module_no,
+                       const pycds_chunk_info *chunk, uintptr_t out_list);
+int pycds_archive_close(pycds_archive *a);
+
+#endif /* PYCDS_NATIVE_H */

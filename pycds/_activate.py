@@ -1,0 +1,51 @@
+"""Start-up activation from the environment (run by the ``pycds.pth`` line).
+
+``from_env()`` reads the PYCDS* variables once and switches on the mode:
+SHARE installs the finder, DUMP and TRACE register an atexit handler,
+MANUALLY does nothing.  It never raises: a problem is one warning on stderr
+and the program runs as plain Python.  A second call is a no-op.
+"""
+
+import sys
+
+from . import _config, _log
+
+_done = False
+
+
+def from_env():
+    """Activate pycds as the environment says (see pycds._config)."""
+    global _done
+    if _done:
+        return None
+    _done = True
+    try:
+        return _activate(_config.from_environ())
+    except Exception as e:   # never break start-up
+        _log.warning(f"pycds not activated: {e!r}")
+        return None
+
+
+def _activate(cfg):
+    _log.level = cfg.verbose
+    for problem in cfg.problems:
+        _log.warning(problem)
+    if cfg.mode == _config.MODE_SHARE:
+        from . import finder
+        return finder.install(cfg)
+    if cfg.mode == _config.MODE_DUMP:
+        import atexit
+        from . import dump
+        atexit.register(dump.dump_at_exit, cfg)
+    elif cfg.mode == _config.MODE_TRACE:
+        import atexit
+        from . import trace
+        atexit.register(trace.trace_at_exit, cfg)
+    return None
+
+
+def _reset_for_tests():
+    global _done
+    _done = False
+    if "pycds.finder" in sys.modules:
+        sys.modules["pycds.finder"].uninstall()

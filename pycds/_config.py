@@ -1,0 +1,150 @@
+"""The PYCDS* environment variables, parsed in one place.
+
+=================  =========================================================
+``PYCDSMODE``      ``DUMP``, ``SHARE``, ``TRACE`` or ``MANUALLY`` (nothing at
+                   start-up; the API is used by hand).  Unset: pycds is off.
+``PYCDSARCHIVE``   archive path; default: one per interpreter and program in
+                   ``$XDG_CACHE_HOME/pycds/`` (else ``~/.cache/pycds/``).
+``PYCDSLIST``      module list written by TRACE (default ``pycds.lst``).
+``PYCDSVERBOSE``   0 (default), 1 (a line per module), 2 (more detail).
+``PYCDSCHECK``     source validation: ``mtime`` (default: mtime and size, as
+                   timestamp .pyc files), ``hash`` (source hash, as PEP 552
+                   checked pycs) or ``unchecked`` (immutable deployments).
+=================  =========================================================
+
+Under ``-E`` or ``-I`` (``sys.flags.ignore_environment``) pycds stays off, so
+that an isolated interpreter cannot be steered by the environment.  The table
+is documented in docs/env-vars.md.  Imports only builtins: this runs at
+start-up from the .pth file.
+"""
+
+import os
+import sys
+
+MODE_OFF = 0
+MODE_TRACE = 1
+MODE_DUMP = 2
+MODE_SHARE = 3
+MODE_MANUALLY = 4
+
+_MODES = {
+    "": MODE_OFF,
+    "OFF": MODE_OFF,
+    "TRACE": MODE_TRACE,
+    "DUMP": MODE_DUMP,
+    "SHARE": MODE_SHARE,
+    "MANUALLY": MODE_MANUALLY,
+}
+CHECKS = ("mtime", "hash", "unchecked")
+
+
+class Config:
+    """Parsed settings.  ``problems`` lists messages for bad values."""
+
+    __slots__ = ("mode", "archive", "listfile", "verbose", "check", "problems")
+
+    def __init__(self, mode=MODE_OFF, archive="", listfile="", verbose=0,
+                 check="mtime", problems=()):
+        self.mode = mode
+        self.archive = archive
+        self.listfile = listfile
+        self.verbose = verbose
+        self.check = check
+        self.problems = list(problems)
+
+    def __repr__(self):
+        return (f"Config(mode={self.mode}, archive={self.archive!r}, "
+                f"listfile={self.listfile!r}, verbose={self.verbose}, "
+                f"check={self.check!r})")
+
+
+def from_environ(environ=None, flags=None):
+    """Return the :class:`Config` for ``environ`` (default ``os.environ``)."""
+    environ = os.environ if environ is None else environ
+    flags = sys.flags if flags is None else flags
+    if flags.ignore_environment:
+        return Config()
+    problems = []
+    raw = environ.get("PYCDSMODE", "")
+    mode = _MODES.get(raw.strip().upper())
+    if mode is None:
+        problems.append(f"PYCDSMODE={raw!r} is not one of DUMP, SHARE, TRACE, "
+                        f"MANUALLY; pycds is off")
+        mode = MODE_OFF
+    verbose = 0
+    rawv = environ.get("PYCDSVERBOSE", "0").strip() or "0"
+    try:
+        verbose = max(0, min(2, int(rawv)))
+    except ValueError:
+        problems.append(f"PYCDSVERBOSE={rawv!r} is not 0, 1 or 2; using 0")
+    check = environ.get("PYCDSCHECK", "mtime").strip().lower() or "mtime"
+    if check not in CHECKS:
+        problems.append(f"PYCDSCHECK={check!r} is not one of "
+                        f"{', '.join(CHECKS)}; using mtime")
+        check = "mtime"
+    archive = environ.get("PYCDSARCHIVE", "")
+    if not archive and mode in (MODE_DUMP, MODE_SHARE):
+        archive = default_archive_path(environ)
+    listfile = environ.get("PYCDSLIST", "") or "pycds.lst"
+    return Config(mode, archive, listfile, verbose, check, problems)
+
+
+# ---- the default archive path --------------------------------------------
+
+# Options of the python command line that take a separate argument.
+_OPTS_WITH_ARG = frozenset("WXQ")
+
+
+def program_id(argv=None):
+    """What identifies the program being run, from ``sys.orig_argv``:
+    ``("script", realpath)``, ``("-m", module)``, ``("-c", code)`` or
+    ``("other", argv)``.
+    """
+    argv = list(sys.orig_argv if argv is None else argv)
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            break
+        if arg.startswith("--"):
+            if arg == "--check-hash-based-pycs":
+                i += 1
+            i += 1
+            continue
+        # -c and -m end the options, also inside a group like -Bc.
+        for j, ch in enumerate(arg[1:], 1):
+            if ch in "cm":
+                rest = arg[j + 1:]
+                value = rest if rest else (argv[i + 1] if i + 1 < len(argv) else "")
+                return ("-" + ch, value)
+            if ch in _OPTS_WITH_ARG:
+                if j == len(arg) - 1:
+                    i += 1
+                break
+        i += 1
+    if i < len(argv):
+        if argv[i] == "--":
+            i += 1
+        if i < len(argv) and argv[i] != "-":
+            return ("script", os.path.realpath(argv[i]))
+    return ("other", "\0".join(argv[1:]))
+
+
+def cache_dir(environ=None):
+    """``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pycds")
+
+
+def default_archive_path(environ=None, argv=None):
+    """The archive used when PYCDSARCHIVE is unset: one per interpreter,
+    optimization level and program (see :func:`program_id`)."""
+    import _imp
+    kind, value = program_id(argv)
+    key = "\0".join([sys.executable, sys.version, sys.implementation.cache_tag,
+                     str(sys.flags.optimize), kind, value]).encode("utf-8", "surrogatepass")
+    digest = _imp.source_hash(0x5059434453, key).hex()
+    tag = sys.implementation.cache_tag
+    return os.path.join(cache_dir(environ), f"{tag}-{digest}.img")

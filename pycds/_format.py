@@ -1,0 +1,276 @@
+"""The archive file format: header, module index, and reading them cheaply.
+
+Specified byte by byte in docs/archive-format.md.  All integers are
+little-endian.  Sections, in file order::
+
+    header (256 bytes) | meta | bucket table | module entries | heap | relocations
+
+The reading side runs at start-up, so this module imports only builtins
+(``_imp``, ``marshal``, ``os``, ``sys``) and reads with ``os.pread``: opening an
+archive reads the header, the meta block and the bucket table, nothing else;
+a lookup reads one entry.  Every part is checked before use: the header with
+a fixed-key hash, the rest with hashes keyed by the archive's random id, so a
+part of another archive (say, after the file was overwritten in place) never
+passes as part of this one.  Checksums use ``_imp.source_hash`` (SipHash-1-3,
+the function PEP 552 uses for hash-based pycs); the heap is checked per
+module, in C, with XXH64.
+"""
+
+import _imp
+import marshal
+import os
+import sys
+
+from _frozen_importlib_external import _RAW_MAGIC_NUMBER
+
+MAGIC = b"PYCDS\x00ar"
+FORMAT_VERSION = 1
+HEADER_SIZE = 256
+EMPTY = 0xFFFFFFFF
+PAGE = 4096
+
+# Header fields: (name, offset, size).  Bytes 184..247 are reserved (zero).
+_FIELDS = (
+    ("magic", 0, 8),
+    ("format", 8, 4),
+    ("header_size", 12, 4),
+    ("archive_id", 16, 8),
+    ("created_ns", 24, 8),
+    ("nmodules", 32, 4),
+    ("flags", 36, 4),
+    ("meta_off", 40, 8),
+    ("meta_len", 48, 8),
+    ("buckets_off", 56, 8),
+    ("nbuckets", 64, 8),
+    ("entries_off", 72, 8),
+    ("entries_len", 80, 8),
+    ("heap_off", 88, 8),
+    ("heap_len", 96, 8),
+    ("reloc_off", 104, 8),
+    ("reloc_count", 112, 8),
+    ("file_len", 120, 8),
+    ("meta_sum", 128, 8),
+    ("buckets_sum", 136, 8),
+)
+_SUM_AT = 248
+_HEADER_KEY = 0x50594344534844        # "PYCDSHD"
+_NAME_KEY = 0x50594344534e4d          # "PYCDSNM"
+
+# How the module's code reached the dump run (what plain import used).
+PYC_NONE, PYC_TIMESTAMP, PYC_CHECKED_HASH, PYC_UNCHECKED_HASH = 0, 1, 2, 3
+
+
+def _u(b, off, size):
+    return int.from_bytes(b[off:off + size], "little")
+
+
+def checksum(data, key):
+    """64-bit SipHash-1-3 of ``data`` keyed with ``key`` (an int), as an int."""
+    return int.from_bytes(_imp.source_hash(key & 0x7FFFFFFFFFFFFFFF, data), "little")
+
+
+def source_hash(data):
+    """The PEP 552 source hash of ``data`` (as importlib.util.source_hash)."""
+    return _imp.source_hash(_RAW_MAGIC_NUMBER, data)
+
+
+def name_hash(name):
+    """Bucket hash of a module name (independent of PYTHONHASHSEED)."""
+    return checksum(name.encode("utf-8", "surrogatepass"), _NAME_KEY)
+
+
+def meta_for_this_interpreter():
+    """The interpreter facts an archive must match, checkable without the
+    native module.  The native layout id (image build and object layout) is
+    added by the writer and checked by the native loader."""
+    return {
+        "version": sys.version,
+        "hexversion": sys.hexversion,
+        "cache_tag": sys.implementation.cache_tag,
+        "optimize": sys.flags.optimize,
+        "byteorder": sys.byteorder,
+    }
+
+
+class FormatError(Exception):
+    """Raised by the reader with a one-line reason (turned into a warning)."""
+
+
+class Header:
+    """The parsed 256-byte header."""
+
+    __slots__ = tuple(name for name, _, _ in _FIELDS)
+
+    @classmethod
+    def parse(cls, b, file_len):
+        if len(b) < HEADER_SIZE:
+            raise FormatError(f"file is {len(b)} bytes, shorter than a header")
+        if b[:8] != MAGIC:
+            raise FormatError("not a pycds archive (bad magic)")
+        h = cls()
+        for name, off, size in _FIELDS[1:]:
+            setattr(h, name, _u(b, off, size))
+        h.magic = b[:8]
+        if h.format != FORMAT_VERSION:
+            raise FormatError(f"archive format {h.format}, this pycds reads "
+                              f"format {FORMAT_VERSION}")
+        if _u(b, _SUM_AT, 8) != checksum(b[:_SUM_AT], _HEADER_KEY):
+            raise FormatError("header checksum mismatch")
+        if h.file_len != file_len:
+            raise FormatError(f"file is {file_len} bytes, header says {h.file_len} "
+                              f"(truncated or appended to)")
+        for off, length in ((h.meta_off, h.meta_len),
+                            (h.buckets_off, h.nbuckets * 8),
+                            (h.entries_off, h.entries_len),
+                            (h.heap_off, h.heap_len),
+                            (h.reloc_off, h.reloc_count * 4)):
+            if off < HEADER_SIZE or off + length > file_len:
+                raise FormatError("section outside the file")
+        if h.nbuckets & (h.nbuckets - 1) or h.nbuckets < h.nmodules:
+            raise FormatError("bad bucket table size")
+        return h
+
+    def pack(self):
+        b = bytearray(HEADER_SIZE)
+        b[:8] = MAGIC
+        for name, off, size in _FIELDS[1:]:
+            b[off:off + size] = getattr(self, name).to_bytes(size, "little")
+        b[_SUM_AT:] = checksum(bytes(b[:_SUM_AT]), _HEADER_KEY).to_bytes(8, "little")
+        return bytes(b)
+
+
+class ModuleEntry:
+    """One module of the index (see docs/archive-format.md, "entries")."""
+
+    __slots__ = ("number", "name", "origin", "is_package", "search_locations",
+                 "mtime_ns", "size", "source_hash", "pyc_path", "pyc_kind",
+                 "pyc_mtime_ns", "pyc_size", "check_hash_pycs",
+                 "chunk_off", "chunk_len", "root_off", "reloc_first",
+                 "reloc_count", "chunk_sum", "nobjects")
+
+    def __init__(self, *values):
+        for name, value in zip(self.__slots__, values):
+            setattr(self, name, value)
+
+    def to_tuple(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+
+class Index:
+    """Read side of an archive: header checked, lookups by module name.
+
+    ``Index.open(path)`` raises :class:`FormatError` with the reason when the
+    archive cannot be used; it never reads more than the header, the meta
+    block and the bucket table.
+    """
+
+    def __init__(self, path, fd, header, meta, buckets):
+        self.path = path
+        self.fd = fd
+        self.header = header
+        self.meta = meta
+        self._buckets = buckets
+        self._mask = header.nbuckets - 1
+        self._key = header.archive_id
+
+    @classmethod
+    def open(cls, path, check_owner=True):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise FormatError(e.strerror or str(e)) from None
+        try:
+            st = os.fstat(fd)
+            if not _S_ISREG(st.st_mode):
+                raise FormatError("not a regular file")
+            if check_owner:
+                _check_owner(st)
+            h = Header.parse(os.pread(fd, HEADER_SIZE, 0), st.st_size)
+            meta_b = os.pread(fd, h.meta_len, h.meta_off)
+            if checksum(meta_b, h.archive_id) != h.meta_sum:
+                raise FormatError("meta checksum mismatch")
+            meta = marshal.loads(meta_b)
+            here = meta_for_this_interpreter()
+            for key, value in here.items():
+                if meta.get(key) != value:
+                    raise FormatError(f"made by another interpreter ({key} "
+                                      f"{meta.get(key)!r}, this is {value!r})")
+            buckets = os.pread(fd, h.nbuckets * 8, h.buckets_off)
+            if len(buckets) != h.nbuckets * 8 or \
+                    checksum(buckets, h.archive_id) != h.buckets_sum:
+                raise FormatError("bucket table checksum mismatch")
+            return cls(path, fd, h, meta, buckets)
+        except FormatError:
+            os.close(fd)
+            raise
+        except (OSError, ValueError, EOFError, TypeError) as e:
+            os.close(fd)
+            raise FormatError(f"unreadable ({e})") from None
+
+    def lookup(self, name):
+        """Return the :class:`ModuleEntry` for ``name``, or None."""
+        h = name_hash(name)
+        tag = h >> 32
+        b = self._buckets
+        i = h & self._mask
+        while True:
+            at = i * 8
+            off = int.from_bytes(b[at + 4:at + 8], "little")
+            if off == EMPTY:
+                return None
+            if int.from_bytes(b[at:at + 4], "little") == tag:
+                entry = self._read_entry(off)
+                if entry is None:
+                    raise FormatError("index entry fails its checksum (archive "
+                                      "corrupt, or replaced while in use)")
+                if entry.name == name:
+                    return entry
+            i = (i + 1) & self._mask
+
+    def _read_entry(self, off):
+        h = self.header
+        if off + 12 > h.entries_len:
+            return None
+        head = os.pread(self.fd, 12, h.entries_off + off)
+        length = int.from_bytes(head[:4], "little")
+        if length < 12 or off + length > h.entries_len:
+            return None
+        payload = os.pread(self.fd, length - 12, h.entries_off + off + 12)
+        if checksum(payload, self._key) != int.from_bytes(head[4:12], "little"):
+            return None
+        try:
+            return ModuleEntry(*marshal.loads(payload))
+        except (ValueError, EOFError, TypeError):
+            return None
+
+    def entries(self):
+        """All entries, in index order (for ``info`` and ``verify``)."""
+        h = self.header
+        off = 0
+        out = []
+        while off + 12 <= h.entries_len:
+            length = int.from_bytes(os.pread(self.fd, 4, h.entries_off + off), "little")
+            entry = self._read_entry(off)
+            if entry is None or length < 12:
+                raise FormatError(f"bad index entry at {off}")
+            out.append(entry)
+            off += length
+        return out
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _S_ISREG(mode):
+    return (mode & 0o170000) == 0o100000
+
+
+def _check_owner(st):
+    """Archives are code: refuse one that others could have written."""
+    if st.st_mode & 0o022:
+        raise FormatError(f"writable by group or others (mode {st.st_mode & 0o777:o})")
+    uid = os.getuid()
+    if st.st_uid != uid and st.st_uid != 0:
+        raise FormatError(f"owned by uid {st.st_uid}, not by this user ({uid}) or root")

@@ -1,0 +1,105 @@
+"""The only importer of ``pycds._native``: argument passing and error checks.
+
+Objects go to C as ``id(obj)`` (their address on CPython) while Python holds
+them; C appends results to a list passed the same way.  Every status code
+goes through :func:`_check`, which raises :class:`pycds.errors.NativeError`
+with the C side's message.
+"""
+
+from . import __version__
+from .errors import NativeError
+
+from ._native import ffi, lib
+
+if ffi.string(lib.pycds_build_version()).decode() != __version__:
+    raise ImportError(
+        f"pycds._native was built for pycds "
+        f"{ffi.string(lib.pycds_build_version()).decode()}, but the package is "
+        f"{__version__}; reinstall pycds", name="pycds._native")
+
+
+def _check(rc, what):
+    if rc != 0:
+        reason = ffi.string(lib.pycds_strerror(rc)).decode()
+        detail = ffi.string(lib.pycds_last_error()).decode("utf-8", "replace")
+        raise NativeError(f"{what}: {reason}: {detail}", code=rc)
+
+
+def layout_id():
+    """Text identifying this interpreter build's static-object layout."""
+    buf = ffi.new("char[]", 512)
+    _check(lib.pycds_layout_id(buf, 512), "layout id")
+    return ffi.string(buf).decode()
+
+
+def hash64(data, seed=0):
+    """XXH64 of a bytes-like object with a 64-bit seed, as an int."""
+    return lib.pycds_hash64(ffi.from_buffer(data), len(data), seed)
+
+
+class Chunk:
+    """What the writer reports for one module (see pycds_chunk_info)."""
+
+    __slots__ = ("chunk_off", "chunk_len", "root_off", "reloc_first",
+                 "reloc_count", "checksum", "nobjects")
+
+
+class Writer:
+    """Deep-copies code objects into an archive heap (native/writer.c)."""
+
+    def __init__(self, seed):
+        out = ffi.new("pycds_writer **")
+        _check(lib.pycds_writer_new(seed, out), "writer")
+        self._w = ffi.gc(out[0], lib.pycds_writer_free)
+        self._info = ffi.new("pycds_chunk_info *")
+
+    def add(self, code):
+        """Copy ``code`` and all it reaches; return a :class:`Chunk`.
+        Raises NativeError (the heap is left as before) on failure."""
+        _check(lib.pycds_writer_add(self._w, id(code), self._info), "copy")
+        c = Chunk()
+        for name in Chunk.__slots__:
+            setattr(c, name, getattr(self._info, name))
+        return c
+
+    def heap(self):
+        """A read-only view of the heap (valid until the next add())."""
+        p = ffi.new("uint8_t **")
+        n = ffi.new("size_t *")
+        _check(lib.pycds_writer_heap(self._w, p, n), "heap")
+        return ffi.buffer(p[0], n[0]) if n[0] else b""
+
+    def relocs(self):
+        """The relocation entries as bytes (uint32 little-endian each)."""
+        p = ffi.new("uint32_t **")
+        n = ffi.new("size_t *")
+        _check(lib.pycds_writer_relocs(self._w, p, n), "relocs")
+        return ffi.buffer(p[0], 4 * n[0]) if n[0] else b""
+
+
+class NativeArchive:
+    """A mapped archive heap from which modules are loaded once each."""
+
+    def __init__(self, fd, header, layout):
+        out = ffi.new("pycds_archive **")
+        _check(lib.pycds_archive_open(
+            fd, header.heap_off, header.heap_len, header.reloc_off,
+            header.reloc_count, header.nmodules, header.archive_id,
+            layout.encode(), out), "open")
+        self._a = out[0]
+        self._info = ffi.new("pycds_chunk_info *")
+
+    def load(self, entry):
+        """Return the code object of ``entry`` (a pycds._format.ModuleEntry).
+        Raises NativeError if the chunk is corrupt or fails its fix-ups."""
+        i = self._info
+        i.chunk_off = entry.chunk_off
+        i.chunk_len = entry.chunk_len
+        i.root_off = entry.root_off
+        i.reloc_first = entry.reloc_first
+        i.reloc_count = entry.reloc_count
+        i.checksum = entry.chunk_sum
+        out = []
+        _check(lib.pycds_archive_load(self._a, entry.number, i, id(out)),
+               f"load {entry.name}")
+        return out[0]

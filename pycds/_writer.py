@@ -1,0 +1,169 @@
+"""Assembling an archive file and writing it atomically.
+
+The file is written to an unnamed temporary file (``O_TMPFILE``) in the
+target's directory, synced, linked under a temporary name and renamed over
+the target, so a reader sees the old archive or the new one, never a torn
+one, and a writer killed mid-write leaves nothing behind (the unnamed file
+vanishes with its descriptor).  Where ``O_TMPFILE`` is unavailable a named
+temporary file is used, and stale ones of dead writers are swept up by the
+next dump.
+"""
+
+import marshal
+import os
+import time
+
+from . import _format as F
+
+_TMP_MARK = ".pycds-tmp."
+
+
+def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0):
+    """Lay out an archive.  Returns ``(header, parts)`` where ``parts`` is a
+    list of ``(offset, bytes)`` for meta, buckets and entries; the heap and
+    relocations go at ``header.heap_off`` / ``header.reloc_off``."""
+    n = len(entries)
+    nbuckets = 8
+    while nbuckets < 2 * n:
+        nbuckets *= 2
+    meta_b = marshal.dumps(meta)
+    blobs = []
+    offsets = []
+    pos = 0
+    for e in entries:
+        payload = marshal.dumps(e.to_tuple())
+        rec = (len(payload) + 12).to_bytes(4, "little") + \
+            F.checksum(payload, archive_id).to_bytes(8, "little") + payload
+        offsets.append(pos)
+        blobs.append(rec)
+        pos += len(rec)
+    entries_b = b"".join(blobs)
+    buckets = bytearray(b"\xff" * (nbuckets * 8))
+    mask = nbuckets - 1
+    for e, off in zip(entries, offsets):
+        h = F.name_hash(e.name)
+        i = h & mask
+        while buckets[i * 8 + 4:i * 8 + 8] != b"\xff\xff\xff\xff":
+            i = (i + 1) & mask
+        buckets[i * 8:i * 8 + 4] = (h >> 32).to_bytes(4, "little")
+        buckets[i * 8 + 4:i * 8 + 8] = off.to_bytes(4, "little")
+    buckets = bytes(buckets)
+
+    h = F.Header()
+    h.magic = F.MAGIC
+    h.format = F.FORMAT_VERSION
+    h.header_size = F.HEADER_SIZE
+    h.archive_id = archive_id
+    h.created_ns = time.time_ns()
+    h.nmodules = n
+    h.flags = flags
+    h.meta_off = F.HEADER_SIZE
+    h.meta_len = len(meta_b)
+    h.buckets_off = _align(h.meta_off + h.meta_len, 8)
+    h.nbuckets = nbuckets
+    h.entries_off = h.buckets_off + len(buckets)
+    h.entries_len = len(entries_b)
+    h.heap_off = _align(h.entries_off + h.entries_len, F.PAGE)
+    h.heap_len = heap_len
+    h.reloc_off = _align(h.heap_off + heap_len, 8)
+    h.reloc_count = reloc_count
+    h.file_len = h.reloc_off + 4 * reloc_count
+    h.meta_sum = F.checksum(meta_b, archive_id)
+    h.buckets_sum = F.checksum(buckets, archive_id)
+    parts = [(h.meta_off, meta_b), (h.buckets_off, buckets),
+             (h.entries_off, entries_b)]
+    return h, parts
+
+
+def _align(x, a):
+    return (x + a - 1) // a * a
+
+
+def write_atomic(path, chunks):
+    """Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
+    content of ``path``, atomically.  Raises OSError on failure, leaving
+    ``path`` as it was."""
+    path = os.path.abspath(path)
+    d, base = os.path.split(path)
+    os.makedirs(d, exist_ok=True)
+    _sweep_stale(d, base)
+    tmp = None
+    fd = None
+    unnamed = hasattr(os, "O_TMPFILE")
+    try:
+        if unnamed:
+            try:
+                fd = os.open(d, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+            except OSError:
+                unnamed = False
+        if not unnamed:
+            tmp = os.path.join(d, f".{base}{_TMP_MARK}{os.getpid()}.{time.monotonic_ns()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        for off, data in chunks:
+            view = memoryview(data).cast("B")
+            while view:
+                n = os.pwrite(fd, view, off)
+                view = view[n:]
+                off += n
+        os.fchmod(fd, 0o644)
+        os.fsync(fd)
+        if unnamed:
+            # linkat(AT_SYMLINK_FOLLOW) gives the unnamed file a name; os.link
+            # uses linkat (not link) only when a dir_fd is passed.
+            name = f".{base}{_TMP_MARK}{os.getpid()}.{time.monotonic_ns()}"
+            dfd = os.open(d, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd)
+            finally:
+                os.close(dfd)
+            tmp = os.path.join(d, name)
+        os.replace(tmp, path)
+        tmp = None
+        try:
+            dfd = os.open(d, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _sweep_stale(d, base):
+    """Remove named temporary files of dumps whose process is gone."""
+    prefix = f".{base}{_TMP_MARK}"
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        try:
+            pid = int(name[len(prefix):].split(".", 1)[0])
+        except ValueError:
+            continue
+        if pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            os.unlink(os.path.join(d, name))
+        except OSError:
+            pass
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

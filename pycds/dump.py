@@ -1,0 +1,172 @@
+"""DUMP: collect the code objects of the modules a program imported and write
+them to an archive.
+
+What is archived: every module in ``sys.modules`` whose spec names it and
+whose loader is the stock :class:`importlib.machinery.SourceFileLoader` (the
+path importer's loader for ``.py`` files) -- stdlib and site-packages
+included.  Builtin, frozen, extension and namespace modules, ``__main__``, and
+modules with other loaders are left to plain import.
+
+The code object archived is the one plain import would run now:
+``loader.get_code(name)`` (from the ``.pyc`` when it is valid, else compiled
+from source), fresh, never the executed (quickened) one.  With it goes what
+the share run needs to prove that plain import would still produce the same
+code: the source's ``st_mtime_ns`` and size and a source hash, and the
+``.pyc``'s kind and stat when it was hash-based (PEP 552).
+"""
+
+import _imp
+import os
+import sys
+import time
+from importlib.machinery import ModuleSpec, SourceFileLoader
+
+from . import _format as F
+from . import _log
+
+__all__ = ["snapshot", "dump_modules", "dump_at_exit"]
+
+
+
+def snapshot():
+    """The ``(name, module)`` pairs of ``sys.modules`` now, in import order."""
+    return list(sys.modules.items())
+
+
+def _spec_of(name, module):
+    try:
+        spec = module.__dict__.get("__spec__")
+    except Exception:
+        return None
+    if not isinstance(spec, ModuleSpec) or spec.name != name:
+        return None
+    return spec
+
+
+def _source_loader_class():
+    # The share-mode loader subclasses SourceFileLoader; a DUMP run in a
+    # process that also shares must archive those modules too.
+    try:
+        from .finder import ArchiveLoader
+        return (SourceFileLoader, ArchiveLoader)
+    except Exception:
+        return (SourceFileLoader,)
+
+
+def _pyc_facts(cached):
+    """(kind, mtime_ns, size) of the .pyc plain import reads, if any."""
+    if not cached:
+        return F.PYC_NONE, 0, 0
+    try:
+        with open(cached, "rb") as f:
+            head = f.read(16)
+            st = os.fstat(f.fileno())
+    except OSError:
+        return F.PYC_NONE, 0, 0
+    if len(head) < 16:
+        return F.PYC_NONE, 0, 0
+    flags = int.from_bytes(head[4:8], "little")
+    if flags & 1:
+        kind = F.PYC_CHECKED_HASH if flags & 2 else F.PYC_UNCHECKED_HASH
+    else:
+        kind = F.PYC_TIMESTAMP
+    return kind, st.st_mtime_ns, st.st_size
+
+
+def _is_hook_module(name):
+    # pycds's own import hook is never archived (it runs before the archive
+    # is open); its companion pycds.bf16 is an ordinary library and is.
+    return (name == "pycds" or name.startswith("pycds.")) and \
+        not (name == "pycds.bf16" or name.startswith("pycds.bf16."))
+
+
+def collect(pairs):
+    """Yield ``(name, spec)`` for the archivable modules among ``pairs``."""
+    loaders = _source_loader_class()
+    seen = set()
+    for name, module in pairs:
+        if name == "__main__" or name in seen or _is_hook_module(name):
+            continue
+        spec = _spec_of(name, module)
+        if spec is None or type(spec.loader) not in loaders:
+            continue
+        if not spec.has_location or not spec.origin:
+            continue
+        seen.add(name)
+        yield name, spec
+
+
+def dump_modules(pairs, path, verbose=0):
+    """Archive the modules among ``pairs`` into ``path``.
+
+    Returns ``(archived, skipped)`` counts.  Raises OSError when the file
+    cannot be written and ImportError when the native module is missing;
+    modules that cannot be archived are skipped (listed at PYCDSVERBOSE=2).
+    """
+    from . import _nativeapi as N
+    from . import _writer
+
+    archive_id = int.from_bytes(os.urandom(8), "little") or 1
+    writer = N.Writer(archive_id)
+    entries = []
+    skipped = 0
+    check_hash = _imp.check_hash_based_pycs
+    for name, spec in collect(pairs):
+        origin = spec.origin
+        try:
+            st = os.stat(origin)
+            with open(origin, "rb") as f:
+                src = f.read()
+            code = SourceFileLoader(name, origin).get_code(name)
+            st2 = os.stat(origin)
+            if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
+                raise OSError("source changed during the dump")
+            pyc_kind, pyc_mtime, pyc_size = _pyc_facts(spec.cached)
+            chunk = writer.add(code)
+        except Exception as e:
+            skipped += 1
+            if verbose >= 2:
+                _log.verbose(f"not archived {name}: {e}", 2)
+            continue
+        locations = spec.submodule_search_locations
+        entries.append(F.ModuleEntry(
+            len(entries), name, origin, locations is not None,
+            tuple(locations) if locations is not None else None,
+            st.st_mtime_ns, st.st_size, F.source_hash(src),
+            spec.cached, pyc_kind, pyc_mtime, pyc_size, check_hash,
+            chunk.chunk_off, chunk.chunk_len, chunk.root_off,
+            chunk.reloc_first, chunk.reloc_count, chunk.checksum,
+            chunk.nobjects))
+    meta = F.meta_for_this_interpreter()
+    meta["layout"] = N.layout_id()
+    meta["pycds"] = _pycds_version()
+    meta["created"] = time.time()
+    heap = writer.heap()
+    relocs = writer.relocs()
+    header, parts = _writer.layout(entries, len(heap), len(relocs) // 4,
+                                   meta, archive_id)
+    parts.insert(0, (0, header.pack()))
+    parts.append((header.heap_off, heap))
+    parts.append((header.reloc_off, relocs))
+    _writer.write_atomic(path, parts)
+    return len(entries), skipped
+
+
+def _pycds_version():
+    from . import __version__
+    return __version__
+
+
+def dump_at_exit(config):
+    """The atexit handler of DUMP mode: never raises, never changes the exit
+    status; a failure is one warning saying no archive was written."""
+    pairs = snapshot()
+    t0 = time.perf_counter()
+    try:
+        n, skipped = dump_modules(pairs, config.archive, config.verbose)
+    except BaseException as e:
+        _log.warning(f"no archive was written to {config.archive}: {e}")
+        return
+    ms = (time.perf_counter() - t0) * 1e3
+    _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "
+                 f"in {ms:.1f} ms", 1)

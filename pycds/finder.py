@@ -1,0 +1,245 @@
+"""SHARE: the meta path finder and loader that serve modules from an archive.
+
+:class:`CDSFinder` sits on ``sys.meta_path`` just before
+:class:`importlib.machinery.PathFinder`.  For a module the archive holds, it
+asks ``PathFinder`` which file plain import would use *now* (so ``sys.path``,
+``__path__`` edits, shadowing files and extension modules are honoured),
+and serves the archived code only when that is the archived file, loaded by
+the stock ``SourceFileLoader``, and unchanged since the dump.  The spec it
+returns is PathFinder's own, with the loader swapped for an
+:class:`ArchiveLoader`: a ``SourceFileLoader`` whose ``get_code`` returns the
+archived code object.  Everything else about the module (``__file__``,
+``__cached__``, ``__spec__``, ``get_source``, ``get_data``, resource readers)
+is exactly plain import's.
+
+Anything unexpected means one warning and plain import; the finder never
+raises into the import system.  Imports only builtins and importlib (already
+loaded at start-up: ``_frozen_importlib_external`` is what importlib.machinery
+re-exports); the native module is loaded on the first archive hit.
+"""
+
+import _imp
+import os
+import sys
+import time
+from _frozen_importlib_external import PathFinder, SourceFileLoader
+
+from . import _format as F
+from . import _log
+
+__all__ = ["CDSFinder", "ArchiveLoader", "install", "uninstall", "stats"]
+
+_stats = {
+    "served": 0,
+    "fallbacks": {},
+    "archive": None,
+    "modules_in_archive": 0,
+    "bytes_loaded": 0,
+    "load_ms": 0.0,
+    "open_ms": 0.0,
+}
+
+
+def stats():
+    """Counters of this process: ``served`` (modules executed from the
+    archive), ``fallbacks`` (reason -> count of archived modules imported
+    plainly), ``bytes_loaded`` (heap bytes of loaded modules), ``load_ms``
+    (time in native loads, ms), ``open_ms`` (time to open the archive, ms),
+    ``archive`` (path) and ``modules_in_archive``."""
+    out = dict(_stats)
+    out["fallbacks"] = dict(_stats["fallbacks"])
+    return out
+
+
+def _fallback(name, reason):
+    f = _stats["fallbacks"]
+    f[reason] = f.get(reason, 0) + 1
+    _log.verbose(f"fallback {name}: {reason}", 1)
+
+
+class _Archive:
+    """An opened archive: the index now, the native mapping on first use."""
+
+    def __init__(self, index, check):
+        self.index = index
+        self.check = check
+        self.path = index.path
+        self.disabled = False
+        self._native = None
+
+    def disable(self, reason):
+        if not self.disabled:
+            self.disabled = True
+            _log.warning(f"archive {self.path} ignored: {reason}")
+
+    def load_code(self, entry):
+        """The archived code object of ``entry``, or None (after a warning
+        or a fallback line) when it cannot be used."""
+        if self.disabled:
+            return None
+        t0 = time.perf_counter()
+        try:
+            if self._native is None:
+                from . import _nativeapi as N
+                self._native = N.NativeArchive(self.index.fd, self.index.header,
+                                               self.index.meta.get("layout", ""))
+            code = self._native.load(entry)
+        except Exception as e:
+            code = getattr(e, "code", 0)
+            if self._native is None:
+                # Foreign build, missing native module, bad mapping: the
+                # whole archive is unusable.
+                self.disable(str(e))
+            elif code == -8:   # PYCDS_E_STATE: failed before, said then
+                _fallback(entry.name, "failed to load before")
+            else:
+                _fallback(entry.name, f"archive entry unusable ({e})")
+            return None
+        _stats["load_ms"] += (time.perf_counter() - t0) * 1e3
+        _stats["bytes_loaded"] += entry.chunk_len
+        return code
+
+
+def _stale(entry, check):
+    """Why plain import would not produce the archived code now, or None."""
+    if check == "unchecked":
+        return None
+    try:
+        st = os.stat(entry.origin)
+    except OSError:
+        return "source is gone"
+    if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
+        return "source changed"
+    if entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH):
+        # Plain import trusts (or checks) the hash-based .pyc; it must be
+        # the same file, under the same policy, as at the dump.
+        if _imp.check_hash_based_pycs != entry.check_hash_pycs:
+            return "check_hash_based_pycs differs"
+        try:
+            pst = os.stat(entry.pyc_path)
+        except OSError:
+            return "hash-based .pyc is gone"
+        if pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size:
+            return "hash-based .pyc changed"
+    if check == "hash":
+        try:
+            with open(entry.origin, "rb") as f:
+                data = f.read()
+        except OSError:
+            return "source is unreadable"
+        if F.source_hash(data) != entry.source_hash:
+            return "source hash differs"
+    return None
+
+
+class ArchiveLoader(SourceFileLoader):
+    """``SourceFileLoader`` whose code comes from the archive.
+
+    Everything but ``get_code`` is the stock loader's, so ``get_source``,
+    ``get_data``, ``get_filename``, ``is_package``, ``get_resource_reader``
+    and ``exec_module`` behave as with plain import.  If the archived code
+    cannot be loaded, ``get_code`` falls back to the stock one.
+    """
+
+    def __init__(self, fullname, path, entry=None, archive=None):
+        super().__init__(fullname, path)
+        self._pycds_entry = entry
+        self._pycds_archive = archive
+
+    # Start of importlib.abc.InspectLoader interface
+
+    def get_code(self, fullname):
+        entry = self._pycds_entry
+        if entry is not None and fullname == self.name:
+            code = self._pycds_archive.load_code(entry)
+            if code is not None:
+                _stats["served"] += 1
+                _log.verbose(f"served {fullname}", 1)
+                return code
+        return super().get_code(fullname)
+
+    # End of importlib.abc.InspectLoader interface
+
+
+class CDSFinder:
+    """Meta path finder serving archived modules (see the module docstring)."""
+
+    def __init__(self, archive):
+        self.archive = archive
+
+    # Start of importlib.abc.MetaPathFinder interface
+
+    def find_spec(self, fullname, path=None, target=None):
+        archive = self.archive
+        if archive.disabled:
+            return None
+        try:
+            entry = archive.index.lookup(fullname)
+        except Exception as e:
+            archive.disable(f"index unreadable ({e})")
+            return None
+        if entry is None:
+            _log.verbose(f"not in archive {fullname}", 2)
+            return None
+        spec = PathFinder.find_spec(fullname, path, target)
+        if spec is None:
+            _fallback(fullname, "not found on the search path")
+            return None
+        if type(spec.loader) is not SourceFileLoader:
+            _fallback(fullname, "plain import uses another loader")
+            return spec
+        if spec.origin != entry.origin:
+            _fallback(fullname, "resolves to another file")
+            return spec
+        reason = _stale(entry, archive.check)
+        if reason is not None:
+            _fallback(fullname, reason)
+            return spec
+        spec.loader = ArchiveLoader(fullname, spec.origin, entry, archive)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+    # End of importlib.abc.MetaPathFinder interface
+
+
+_installed = None
+
+
+def install(config):
+    """Open ``config.archive`` and put a :class:`CDSFinder` on
+    ``sys.meta_path`` before PathFinder.  Returns the finder, or None (after
+    one warning) when the archive cannot be used."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    t0 = time.perf_counter()
+    try:
+        index = F.Index.open(config.archive)
+    except F.FormatError as e:
+        _log.warning(f"archive {config.archive} ignored: {e}")
+        return None
+    finder = CDSFinder(_Archive(index, config.check))
+    meta_path = sys.meta_path
+    try:
+        at = meta_path.index(PathFinder)
+    except ValueError:
+        at = len(meta_path)
+    meta_path.insert(at, finder)
+    _installed = finder
+    _stats["archive"] = config.archive
+    _stats["modules_in_archive"] = index.header.nmodules
+    _stats["open_ms"] = (time.perf_counter() - t0) * 1e3
+    return finder
+
+
+def uninstall():
+    """Remove the installed finder from ``sys.meta_path`` (for tests)."""
+    global _installed
+    if _installed is not None:
+        try:
+            sys.meta_path.remove(_installed)
+        except ValueError:
+            pass
+        _installed = None

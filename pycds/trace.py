@@ -1,0 +1,33 @@
+"""TRACE: write the names of the modules a program imported, one a line.
+
+The list (``PYCDSLIST``) is the input of :func:`pycds._dump`.  Names are in
+import order (``sys.modules`` order); written atomically at exit.
+"""
+
+import os
+import sys
+
+from . import _log
+
+
+def module_names():
+    """Names of the modules imported so far, ``__main__`` excluded."""
+    return [name for name in list(sys.modules) if name != "__main__"]
+
+
+def write_list(path, names):
+    """Write ``names`` to ``path``, one a line, via a temporary file."""
+    path = os.path.abspath(path)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for name in names:
+            f.write(name + "\n")
+    os.replace(tmp, path)
+
+
+def trace_at_exit(config):
+    """atexit handler of TRACE mode; never raises."""
+    try:
+        write_list(config.listfile, module_names())
+    except BaseException as e:
+        _log.warning(f"module list not written to {config.listfile}: {e}")

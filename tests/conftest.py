@@ -1,0 +1,128 @@
+"""Shared fixtures: fresh interpreters for end-to-end runs, import-state
+helpers for in-process finder tests (after CPython's test_importlib/util.py).
+"""
+
+import contextlib
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKSPACE = os.path.join(HERE, "workspace")
+
+# `python -m pytest` from the checkout puts the checkout first on sys.path,
+# where pycds/ has no compiled native module: test the installed package.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
+
+
+def pycds_installed_pth():
+    """Path of pycds.pth in this interpreter's site-packages (or None)."""
+    for key in ("purelib", "platlib"):
+        p = os.path.join(sysconfig.get_paths()[key], "pycds.pth")
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def clean_env(**extra):
+    """The environment for a child interpreter: no PYCDS*/PYTHON* leaking in."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYCDS", "PYTHON")) and k != "SOURCE_DATE_EPOCH"}
+    env["PYTHONIOENCODING"] = "utf-8"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Run:
+    def __init__(self, proc):
+        self.rc = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+
+    def served(self):
+        return [line.split(" ", 2)[2] for line in self.err.splitlines()
+                if line.startswith("[pycds] served ")]
+
+    def fallbacks(self):
+        return [line for line in self.err.splitlines()
+                if line.startswith("[pycds] fallback ")]
+
+    def warnings(self):
+        return [line for line in self.err.splitlines()
+                if line.startswith("[pycds] warning:")]
+
+    def __repr__(self):
+        return f"Run(rc={self.rc}, out={self.out[-500:]!r}, err={self.err[-1500:]!r})"
+
+
+def run_python(args, cwd=None, timeout=120, python=None, **env):
+    """Run ``python args`` in a fresh interpreter with a clean environment
+    plus ``env``; returns a :class:`Run` (CDS's assert_python_ok wrapper)."""
+    if isinstance(args, str):
+        args = [args]
+    proc = subprocess.run([python or sys.executable, *args], cwd=cwd,
+                          env=clean_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
+    return Run(proc)
+
+
+def dump_and_share(args, cwd, archive, extra_env=None, verbose=1):
+    """plain, DUMP and SHARE runs of the same command; returns the three."""
+    extra_env = extra_env or {}
+    plain = run_python(args, cwd=cwd, **extra_env)
+    dump = run_python(args, cwd=cwd, PYCDSMODE="DUMP", PYCDSARCHIVE=archive,
+                      **extra_env)
+    share = run_python(args, cwd=cwd, PYCDSMODE="SHARE", PYCDSARCHIVE=archive,
+                       PYCDSVERBOSE=verbose, **extra_env)
+    return plain, dump, share
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pycds_is_installed():
+    """End-to-end tests need pycds installed (its .pth in site-packages)."""
+    if pycds_installed_pth() is None:
+        pytest.fail("pycds is not installed in this interpreter "
+                    "(pip install . first): pycds.pth not in site-packages")
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A private copy of tests/workspace (small importable packages)."""
+    import shutil
+    dst = tmp_path / "ws"
+    shutil.copytree(WORKSPACE, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+@contextlib.contextmanager
+def import_state(**kwargs):
+    """Save and restore sys.meta_path, sys.path, sys.path_importer_cache and
+    sys.path_hooks around a block, setting any given as keyword arguments."""
+    names = ("meta_path", "path", "path_importer_cache", "path_hooks")
+    saved = {n: getattr(sys, n) for n in names}
+    try:
+        for n in names:
+            value = kwargs.get(n, getattr(sys, n))
+            setattr(sys, n, value.copy() if hasattr(value, "copy") else value)
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(sys, n, v)
+
+
+@contextlib.contextmanager
+def uncache(*names):
+    """Remove ``names`` from sys.modules during the block and after it."""
+    def clear():
+        for name in names:
+            for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+                del sys.modules[key]
+    clear()
+    try:
+        yield
+    finally:
+        clear()

@@ -1,0 +1,182 @@
+"""End to end: plain, DUMP and SHARE runs in fresh interpreters must agree,
+and the share run must really serve the modules from the archive."""
+
+import os
+import sys
+import time
+
+import pytest
+
+from conftest import dump_and_share, run_python
+
+
+class TestRoundTrip:
+    def test_package_identical_and_served(self, workspace, tmp_path):
+        img = str(tmp_path / "app.img")
+        plain, dump, share = dump_and_share(["app_shop.py"], workspace, img)
+        assert plain.rc == 3, plain
+        assert (dump.rc, dump.out) == (plain.rc, plain.out), dump
+        assert (share.rc, share.out) == (plain.rc, plain.out), share
+        served = set(share.served())
+        assert {"shopkit", "shopkit.catalog", "shopkit.pricing"} <= served
+        # stdlib modules imported from source are served too
+        assert {"dataclasses", "inspect", "pickle", "asyncio"} <= served
+        assert not share.warnings(), share.err
+        assert os.stat(img).st_mode & 0o777 == 0o644
+
+    def test_traceback_has_source_lines(self, workspace, tmp_path):
+        img = str(tmp_path / "app.img")
+        plain, _, share = dump_and_share(["app_shop.py"], workspace, img)
+        assert "return 1 / 0" in share.out and "~~^~~" in share.out
+        assert share.out == plain.out
+
+    def test_stats_report_served_modules(self, workspace, tmp_path):
+        img = str(tmp_path / "app.img")
+        src = ("import pycds, shopkit, json; s = pycds.stats(); "
+               "print(s['served'] >= 3, s['archive'] is not None, s['load_ms'] >= 0, "
+               "s['bytes_loaded'] > 0)")
+        run_python(["-c", src], cwd=workspace, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(["-c", src], cwd=workspace, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out.split() == ["True"] * 4, r
+
+    def test_exit_paths_still_dump(self, tmp_path):
+        (tmp_path / "m.py").write_text("X = 1\n")
+        for code, rc in (("import m; raise SystemExit(7)", 7),
+                         ("import m; raise KeyError('k')", 1)):
+            img = str(tmp_path / f"a{rc}.img")
+            r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+            assert r.rc == rc
+            assert os.path.exists(img), r
+            s = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="SHARE",
+                           PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+            assert s.rc == rc and "m" in s.served(), s
+
+
+class TestStaleSources:
+    def test_edit_after_dump_runs_new_code(self, tmp_path):
+        mod = tmp_path / "rules.py"
+        mod.write_text("LIMIT = 10\n")
+        img = str(tmp_path / "a.img")
+        cmd = ["-c", "import rules; print(rules.LIMIT)"]
+        run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 999\n")
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+        r = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out.strip() == "999", r
+        assert any("fallback rules: source changed" in f for f in r.fallbacks())
+
+    def test_same_second_same_size_edit_matches_plain(self, tmp_path):
+        # The .pyc header keeps whole seconds, so plain Python itself keeps
+        # running the cached code here; pycds (ns mtime) falls back to plain
+        # import and so shows exactly what plain Python shows.
+        mod = tmp_path / "rules.py"
+        mod.write_text("LIMIT = 10\n")
+        img = str(tmp_path / "a.img")
+        cmd = ["-c", "import rules; print(rules.LIMIT)"]
+        run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 99\n")
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+        snapshot = {p: p.read_bytes() for p in tmp_path.rglob("*.pyc")}
+        plain = run_python(cmd, cwd=tmp_path)
+        for p, data in snapshot.items():
+            p.write_bytes(data)
+        r = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out == plain.out, (plain, r)
+        assert any("fallback rules: source changed" in f for f in r.fallbacks())
+
+    def test_hash_check_mode_catches_restored_mtime(self, tmp_path):
+        mod = tmp_path / "rules.py"
+        mod.write_text("LIMIT = 10\n")
+        img = str(tmp_path / "a.img")
+        cmd = ["-c", "import rules; print(rules.LIMIT)"]
+        # no .pyc anywhere, so plain Python compiles the source it finds
+        run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   PYTHONDONTWRITEBYTECODE=1)
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 77\n")
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))   # mtime forged back
+        default = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                             PYTHONDONTWRITEBYTECODE=1)
+        hashed = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                            PYCDSCHECK="hash", PYCDSVERBOSE=1, PYTHONDONTWRITEBYTECODE=1)
+        assert hashed.out.strip() == "77", hashed
+        assert any("source hash differs" in f for f in hashed.fallbacks())
+        # the documented limit of the default mode: a forged mtime is trusted
+        assert default.out.strip() == "10"
+
+    def test_deleted_source_falls_back(self, tmp_path):
+        (tmp_path / "gone.py").write_text("print('here')\n")
+        img = str(tmp_path / "a.img")
+        cmd = ["-c", "import gone"]
+        run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        os.unlink(tmp_path / "gone.py")
+        plain = run_python(cmd, cwd=tmp_path)
+        r = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert (r.rc, r.out) == (plain.rc, plain.out)
+
+    def test_shadowing_file_on_sys_path_wins(self, tmp_path):
+        (tmp_path / "config.py").write_text("NAME = 'base'\n")
+        (tmp_path / "over").mkdir()
+        img = str(tmp_path / "a.img")
+        code = ("import sys; sys.path.insert(0, 'over'); import config; "
+                "print(config.NAME)")
+        run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        (tmp_path / "over" / "config.py").write_text("NAME = 'override'\n")
+        r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.out.strip() == "override", r
+        assert any("resolves to another file" in f for f in r.fallbacks())
+
+
+class TestModes:
+    def test_unknown_mode_warns_once_and_runs(self, tmp_path):
+        r = run_python(["-c", "print('ok')"], cwd=tmp_path, PYCDSMODE="SHAER")
+        assert r.out == "ok\n" and r.rc == 0
+        assert len(r.warnings()) == 1 and "SHAER" in r.warnings()[0]
+
+    @pytest.mark.parametrize("flag", ["-E", "-I"])
+    def test_ignore_environment_keeps_pycds_off(self, tmp_path, flag):
+        img = str(tmp_path / "a.img")
+        r = run_python([flag, "-c", "import json; print('ok')"], cwd=tmp_path,
+                       PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert r.out == "ok\n"
+        assert not os.path.exists(img)
+
+    def test_default_archive_path_per_program(self, tmp_path):
+        (tmp_path / "prog.py").write_text("import json\nprint(json.dumps([1]))\n")
+        cache = tmp_path / "cache"
+        d = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", XDG_CACHE_HOME=cache)
+        assert d.rc == 0
+        files = os.listdir(cache / "pycds")
+        assert len(files) == 1 and files[0].endswith(".img"), files
+        s = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       XDG_CACHE_HOME=cache, PYCDSVERBOSE=1)
+        assert s.out == "[1]\n" and "json" in s.served(), s
+        other = run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="DUMP",
+                           XDG_CACHE_HOME=cache)
+        assert other.rc == 0 and len(os.listdir(cache / "pycds")) == 2
+
+    def test_trace_then_api_dump(self, workspace, tmp_path):
+        lst = str(tmp_path / "mods.lst")
+        img = str(tmp_path / "api.img")
+        run_python(["app_shop.py"], cwd=workspace, PYCDSMODE="TRACE", PYCDSLIST=lst)
+        names = open(lst).read().split()
+        assert "shopkit.pricing" in names and "__main__" not in names
+        r = run_python(["-c", f"import pycds; print(pycds._dump({lst!r}, {img!r}) > 10)"],
+                       cwd=workspace)
+        assert r.out.strip() == "True", r
+        s = run_python(["app_shop.py"], cwd=workspace, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert "shopkit.pricing" in s.served() and s.rc == 3
+
+    def test_unwritable_target_warns_keeps_exit_status(self, tmp_path):
+        (tmp_path / "plainfile").write_text("")
+        img = str(tmp_path / "plainfile" / "sub" / "a.img")   # under a file: fails even as root
+        r = run_python(["-c", "import json; print('x'); raise SystemExit(4)"],
+                       cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert (r.rc, r.out) == (4, "x\n")
+        assert len(r.warnings()) == 1 and "no archive was written" in r.warnings()[0], r

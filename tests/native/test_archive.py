@@ -1,0 +1,231 @@
+"""The native archiver in-process: copy code objects with tricky constants,
+load them back from a real archive file, compare and execute."""
+
+import dis
+import math
+import os
+import sys
+
+import pytest
+
+from pycds import _format as F
+from pycds import _nativeapi as N
+from pycds import _writer as W
+from pycds.errors import NativeError
+
+TRICKY = r'''
+import math
+BIG = 2 ** 200 + 12345
+NEG = -(3 ** 90)
+SMALL = (-5, 0, 1, 256, 257, -6)
+FLOATS = (0.0, -0.0, 1.5e-310, 1e308, float("inf"), float("-inf"))
+NAN = float("nan")
+CPLX = (1j, -0.0 - 0j, complex(-0.0, -0.0), 3 + 4j)
+STRS = ("", "a", "é", "ascii", "Ünïcödé", "\u4e2d\u6587", "\U0001f600x",
+        "\udcff lone", "nul\x00byte", "x" * 100000)
+BYTES = (b"", b"\x00", bytes(range(256)), b"y" * 70000)
+NEST = ((((((((((1,),),),),),),),),),)
+FS = frozenset({"alpha", "beta", 1, 2.5, (1, 2), frozenset({"inner"})})
+ELL = ...
+def löwe(ärger=1, *, ß=2):
+    "docstring"
+    x = {1, 2, 3}
+    if x & {2}:
+        return ärger + ß, ELL, None, True, False
+def gen():
+    yield from range(3)
+async def co():
+    return 5
+def cl(k):
+    def inner(v):
+        return v + k
+    return inner
+class K:
+    a: int = 1
+    def m(self):
+        try:
+            return 1 / 0
+        except ZeroDivisionError as e:
+            return type(e).__name__
+        finally:
+            pass
+RESULT = (löwe(), list(gen()), cl(2)(3), K().m())
+'''
+
+
+def archive_of(codes, tmp_path, name="t.img"):
+    """Write ``codes`` (name -> code) into a real archive; return the Index
+    and a NativeArchive over it."""
+    seed = int.from_bytes(os.urandom(8), "little")
+    w = N.Writer(seed)
+    entries = []
+    for i, (modname, code) in enumerate(codes.items()):
+        c = w.add(code)
+        entries.append(F.ModuleEntry(i, modname, "/nonexistent.py", False, None,
+                                     0, 0, b"", None, 0, 0, 0, "default",
+                                     c.chunk_off, c.chunk_len, c.root_off,
+                                     c.reloc_first, c.reloc_count, c.checksum,
+                                     c.nobjects))
+    heap, relocs = w.heap(), w.relocs()
+    meta = F.meta_for_this_interpreter()
+    meta["layout"] = N.layout_id()
+    h, parts = W.layout(entries, len(heap), len(relocs) // 4, meta, seed)
+    parts = [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)]
+    path = str(tmp_path / name)
+    W.write_atomic(path, parts)
+    index = F.Index.open(path)
+    return index, N.NativeArchive(index.fd, index.header, meta["layout"])
+
+
+def all_codes(co):
+    yield co
+    for c in co.co_consts:
+        if hasattr(c, "co_code"):
+            yield from all_codes(c)
+
+
+def same_code(a, b):
+    for x, y in zip(all_codes(a), all_codes(b), strict=True):
+        for attr in ("co_code", "co_names", "co_varnames", "co_freevars",
+                     "co_cellvars", "co_filename", "co_name", "co_qualname",
+                     "co_firstlineno", "co_linetable", "co_exceptiontable",
+                     "co_flags", "co_argcount", "co_kwonlyargcount",
+                     "co_posonlyargcount", "co_stacksize", "co_nlocals"):
+            assert getattr(x, attr) == getattr(y, attr), attr
+        assert len(x.co_consts) == len(y.co_consts)
+        assert list(x.co_positions()) == list(y.co_positions())
+        assert [i.opname for i in dis.get_instructions(x)] == \
+            [i.opname for i in dis.get_instructions(y)]
+    return True
+
+
+class TestRoundTrip:
+    def test_tricky_constants(self, tmp_path):
+        code = compile(TRICKY, "/virtual/tricky.py", "exec")
+        index, arch = archive_of({"tricky": code}, tmp_path)
+        got = arch.load(index.lookup("tricky"))
+        assert got is not code
+        assert same_code(code, got)
+        ns_plain, ns_arch = {}, {}
+        exec(code, ns_plain)
+        exec(got, ns_arch)
+        for key in ("BIG", "NEG", "SMALL", "CPLX", "STRS", "BYTES", "NEST", "FS",
+                    "ELL", "RESULT"):
+            assert ns_arch[key] == ns_plain[key], key
+        assert math.isnan(ns_arch["NAN"])
+        assert [math.copysign(1, f) for f in ns_arch["FLOATS"]] == \
+            [math.copysign(1, f) for f in ns_plain["FLOATS"]]
+        assert ns_arch["FLOATS"] == ns_plain["FLOATS"]
+        assert math.copysign(1, ns_arch["CPLX"][1].real) == -1.0
+        assert ns_arch["löwe"].__doc__ == "docstring"
+
+    def test_interned_names_are_the_interpreters(self, tmp_path):
+        code = compile("import sys\nvalue = sys.maxsize\nsome_new_name_xyz = 1\n",
+                       "/v/m.py", "exec")
+        index, arch = archive_of({"m": code}, tmp_path)
+        got = arch.load(index.lookup("m"))
+        for a, b in zip(code.co_names, got.co_names):
+            assert a is b or sys.intern(b) is b
+        assert sys.intern("some_new_name_xyz") is got.co_names[-1]
+
+    def test_frozenset_rebuilt_and_hashable(self, tmp_path):
+        code = compile("S = frozenset({'p', 'q', 7})\nT = 'p' in {'p', 'z'}\n",
+                       "/v/fs.py", "exec")
+        index, arch = archive_of({"fs": code}, tmp_path)
+        ns = {}
+        exec(arch.load(index.lookup("fs")), ns)
+        assert ns["S"] == frozenset({"p", "q", 7}) and "q" in ns["S"] and ns["T"]
+
+    def test_load_is_once(self, tmp_path):
+        code = compile("X = 1\n", "/v/x.py", "exec")
+        index, arch = archive_of({"x": code}, tmp_path)
+        e = index.lookup("x")
+        assert arch.load(e) is arch.load(e)
+
+    def test_many_modules_and_large_function(self, tmp_path):
+        body = "\n".join(f"def f{i}(a, b={i}):\n    return a * {i} + b - {i}.5"
+                         for i in range(400))
+        codes = {f"m{i}": compile(body + f"\nK = {i}\n", f"/v/m{i}.py", "exec")
+                 for i in range(40)}
+        index, arch = archive_of(codes, tmp_path)
+        for name in ("m0", "m17", "m39"):
+            ns = {}
+            exec(arch.load(index.lookup(name)), ns)
+            assert ns["K"] == int(name[1:]) and ns["f399"](2) == 2 * 399 + 399 - 399.5
+        assert index.lookup("m40") is None
+
+    def test_quickened_code_is_refused(self):
+        def hot(n):
+            s = 0
+            for i in range(n):
+                s += i
+            return s
+        for _ in range(20):
+            hot(100)
+        w = N.Writer(1)
+        with pytest.raises(NativeError, match="quickened"):
+            w.add(hot.__code__)
+        assert len(w.heap()) == 0
+
+    def test_unsupported_constant_is_refused(self):
+        code = compile("X = 1\n", "/v/x.py", "exec")
+        bad = code.replace(co_consts=(1, None, [1, 2]))
+        w = N.Writer(1)
+        with pytest.raises(NativeError, match="list"):
+            w.add(bad)
+
+
+class TestCorruption:
+    def test_flipped_heap_byte_is_detected(self, tmp_path):
+        code = compile("X = 'hello'\n", "/v/x.py", "exec")
+        index, _ = archive_of({"x": code}, tmp_path)
+        path = index.path
+        h = index.header
+        e = index.lookup("x")
+        index.close()
+        with open(path, "r+b") as f:
+            f.seek(h.heap_off + e.chunk_off + e.chunk_len // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x10]))
+        index = F.Index.open(path)
+        arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
+        with pytest.raises(NativeError, match="checksum"):
+            arch.load(index.lookup("x"))
+        with pytest.raises(NativeError, match="failed to load before"):
+            arch.load(index.lookup("x"))
+
+    def test_foreign_layout_is_refused(self, tmp_path):
+        code = compile("X = 1\n", "/v/x.py", "exec")
+        index, _ = archive_of({"x": code}, tmp_path)
+        with pytest.raises(NativeError, match="another interpreter build"):
+            N.NativeArchive(index.fd, index.header, "cpython-3.11;hex=0;build=bad")
+
+    @pytest.mark.parametrize("cut", [0, 1, 100, 255, 256, 300, -1])
+    def test_truncated_file_is_refused_at_open(self, tmp_path, cut):
+        code = compile("X = 1\n", "/v/x.py", "exec")
+        index, _ = archive_of({"x": code}, tmp_path)
+        path = index.path
+        size = os.path.getsize(path)
+        index.close()
+        with open(path, "r+b") as f:
+            f.truncate(cut if cut >= 0 else size + cut)
+        with pytest.raises(F.FormatError):
+            F.Index.open(path)
+
+    def test_loose_permissions_are_refused(self, tmp_path):
+        code = compile("X = 1\n", "/v/x.py", "exec")
+        index, _ = archive_of({"x": code}, tmp_path)
+        os.chmod(index.path, 0o666)
+        with pytest.raises(F.FormatError, match="writable by group or others"):
+            F.Index.open(index.path)
+
+
+class TestHash:
+    def test_xxh64_known_values(self):
+        # Reference values of XXH64 (xxHash's own test vectors).
+        assert N.hash64(b"", 0) == 0xEF46DB3751D8E999
+        assert N.hash64(b"a", 0) == 0xD24EC4F1A98C6E5B
+        assert N.hash64(b"abc", 0) == 0x44BC2CF5AD770999
+        data = bytes(range(256)) * 4
+        assert N.hash64(data, 1) != N.hash64(data, 2)
