@@ -14,9 +14,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKSPACE = os.path.join(HERE, "workspace")
 
-# `python -m pytest` from the checkout puts the checkout first on sys.path,
-# where pycds/ has no compiled native module: test the installed package.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
+# `python -m pytest` from the checkout puts the checkout first on sys.path;
+# unless the native module was built in place there (a development setup),
+# its pycds/ cannot run: test the installed package instead.
+if not any(n.startswith("_native.") for n in os.listdir(os.path.join(ROOT, "pycds"))):
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
 
 
 def pycds_installed_pth():

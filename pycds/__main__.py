@@ -1,0 +1,104 @@
+"""Command line: ``python -m pycds {info,verify,dump,trace} ...``.
+
+``info ARCHIVE``     header, interpreter, sizes and the modules with their sizes
+``verify ARCHIVE``   modules whose sources changed since the dump (exit 1 if any)
+``dump LIST ARCHIVE``  import the modules named in LIST and archive them
+                       (the same as ``pycds._dump(LIST, ARCHIVE)``)
+
+Exit status: 0 on success, 1 when ``verify`` finds stale modules, 2 when the
+archive cannot be read.
+"""
+
+import argparse
+import datetime
+import os
+import sys
+
+from . import _format as F
+
+
+def _open(path):
+    try:
+        return F.Index.open(path, check_owner=False)
+    except F.FormatError as e:
+        print(f"pycds: {path}: {e}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def cmd_info(args):
+    index = _open(args.archive)
+    h, meta = index.header, index.meta
+    try:
+        entries = index.entries()
+    except F.FormatError as e:
+        print(f"pycds: {args.archive}: {e}", file=sys.stderr)
+        return 2
+    created = datetime.datetime.fromtimestamp(h.created_ns / 1e9).isoformat(" ", "seconds")
+    print(f"archive:      {os.path.abspath(args.archive)}")
+    print(f"format:       {h.format}")
+    print(f"created:      {created} by pycds {meta.get('pycds', '?')}")
+    print(f"interpreter:  {meta.get('version', '?').splitlines()[0]}")
+    print(f"              hexversion {meta.get('hexversion', 0):#x}, "
+          f"cache tag {meta.get('cache_tag')}, optimize {meta.get('optimize')}")
+    print(f"layout:       {meta.get('layout', '?')}")
+    print(f"modules:      {h.nmodules}")
+    print(f"heap:         {h.heap_len} bytes")
+    print(f"relocations:  {h.reloc_count} entries ({4 * h.reloc_count} bytes)")
+    print(f"file:         {h.file_len} bytes")
+    if args.quiet:
+        return 0
+    print()
+    print(f"{'module':50} {'heap bytes':>11} {'relocs':>8} {'objects':>8}  origin")
+    for e in sorted(entries, key=lambda e: e.name):
+        print(f"{e.name:50} {e.chunk_len:11} {e.reloc_count:8} {e.nobjects:8}  {e.origin}")
+    return 0
+
+
+def cmd_verify(args):
+    from .finder import _stale
+    index = _open(args.archive)
+    try:
+        entries = index.entries()
+    except F.FormatError as e:
+        print(f"pycds: {args.archive}: {e}", file=sys.stderr)
+        return 2
+    stale = 0
+    for e in sorted(entries, key=lambda e: e.name):
+        reason = _stale(e, args.check)
+        if reason is not None:
+            stale += 1
+            print(f"{e.name}: {reason} ({e.origin})")
+    print(f"{stale} of {len(entries)} modules changed since the dump")
+    return 1 if stale else 0
+
+
+def cmd_dump(args):
+    from . import _dump
+    n = _dump(args.list, args.archive)
+    print(f"archived {n} modules to {args.archive}")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m pycds",
+                                 description="Inspect and build pycds archives.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="print an archive's header and modules")
+    p.add_argument("archive")
+    p.add_argument("-q", "--quiet", action="store_true", help="header only")
+    p.set_defaults(func=cmd_info)
+    p = sub.add_parser("verify", help="list modules whose sources changed")
+    p.add_argument("archive")
+    p.add_argument("--check", choices=("mtime", "hash"), default="mtime",
+                   help="how to compare sources (default: mtime and size)")
+    p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("dump", help="import the modules in LIST and archive them")
+    p.add_argument("list")
+    p.add_argument("archive")
+    p.set_defaults(func=cmd_dump)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

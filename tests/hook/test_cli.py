@@ -1,0 +1,51 @@
+"""python -m pycds info / verify / dump."""
+
+import os
+
+from conftest import run_python
+
+
+def make_archive(tmp_path):
+    (tmp_path / "alpha.py").write_text("A = 1\n")
+    (tmp_path / "beta.py").write_text("B = 2\n")
+    img = str(tmp_path / "a.img")
+    r = run_python(["-c", "import alpha, beta"], cwd=tmp_path, PYCDSMODE="DUMP",
+                   PYCDSARCHIVE=img)
+    assert r.rc == 0 and os.path.exists(img), r
+    return img
+
+
+class TestCli:
+    def test_info(self, tmp_path):
+        img = make_archive(tmp_path)
+        r = run_python(["-m", "pycds", "info", img], cwd=tmp_path)
+        assert r.rc == 0, r
+        assert "interpreter:" in r.out and "heap:" in r.out and "relocations:" in r.out
+        lines = [l for l in r.out.splitlines() if l.startswith(("alpha ", "beta "))]
+        assert len(lines) == 2
+
+    def test_verify_lists_changed_sources(self, tmp_path):
+        img = make_archive(tmp_path)
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        assert r.rc == 0 and r.out.strip().endswith("modules changed since the dump")
+        st = os.stat(tmp_path / "beta.py")
+        (tmp_path / "beta.py").write_text("B = 3\n")
+        os.utime(tmp_path / "beta.py", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        assert r.rc == 1 and "beta: source changed" in r.out and "alpha:" not in r.out
+
+    def test_not_an_archive(self, tmp_path):
+        bad = tmp_path / "bad.img"
+        bad.write_bytes(b"hello" * 100)
+        r = run_python(["-m", "pycds", "info", str(bad)], cwd=tmp_path)
+        assert r.rc == 2 and "not a pycds archive" in r.err
+
+    def test_dump_command(self, tmp_path):
+        lst = tmp_path / "mods.lst"
+        lst.write_text("json\nemail.parser\n")
+        img = str(tmp_path / "c.img")
+        r = run_python(["-m", "pycds", "dump", str(lst), img], cwd=tmp_path)
+        assert r.rc == 0 and os.path.exists(img), r
+        s = run_python(["-c", "import email.parser"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert "email.parser" in s.served()

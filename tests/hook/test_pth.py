@@ -1,0 +1,38 @@
+"""The .pth activation line: inert without PYCDSMODE, never breaks start-up."""
+
+import os
+import sys
+
+from conftest import pycds_installed_pth, run_python
+
+
+class TestPth:
+    def test_installed_line_is_guarded(self):
+        text = open(pycds_installed_pth()).read()
+        assert text.startswith("import ")
+        assert "'PYCDSMODE' in os.environ" in text and "ignore_environment" in text
+
+    def test_inert_without_mode(self, tmp_path):
+        r = run_python(["-c", "import sys; print(sorted(m for m in sys.modules "
+                        "if m.startswith(('pycds', '_cffi'))))"], cwd=tmp_path)
+        assert r.out.strip() == "[]" and r.err == "", r
+
+    def test_share_loads_no_native_module_until_first_hit(self, tmp_path):
+        img = str(tmp_path / "a.img")
+        (tmp_path / "m.py").write_text("X = 1\n")
+        run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        code = ("import sys; print(sorted(m for m in sys.modules if m.startswith"
+                "(('numpy', '_cffi', 'pycds._native', 'pycds.bf16', 'cffi'))))")
+        r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out.strip() == "[]", r
+
+    def test_broken_archive_path_warns_once_and_runs(self, tmp_path):
+        r = run_python(["-c", "print('fine')"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(tmp_path / "missing.img"))
+        assert r.out == "fine\n" and r.rc == 0
+        assert len(r.warnings()) == 1 and "ignored" in r.warnings()[0]
+
+    def test_directory_as_archive(self, tmp_path):
+        r = run_python(["-c", "print('fine')"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(tmp_path))
+        assert r.out == "fine\n" and len(r.warnings()) == 1
