@@ -154,6 +154,32 @@ class TestRoundTrip:
             assert ns["K"] == int(name[1:]) and ns["f399"](2) == 2 * 399 + 399 - 399.5
         assert index.lookup("m40") is None
 
+    def test_deep_nesting(self, tmp_path):
+        deep = "leaf"
+        for _ in range(1500):
+            deep = (deep, 1)
+        base = compile("X = 1\n", "/v/deep.py", "exec")
+        code = base.replace(co_consts=base.co_consts + (deep,))
+        index, arch = archive_of({"deep": code}, tmp_path)
+        a, b = arch.load(index.lookup("deep")).co_consts[-1], deep
+        depth = 0
+        while isinstance(b, tuple):      # compare level by level (no recursion)
+            assert type(a) is tuple and a[1] == b[1] == 1
+            a, b, depth = a[0], b[0], depth + 1
+        assert (a, depth) == ("leaf", 1500)
+
+    def test_too_deep_is_refused_whole(self):
+        deep = "leaf"
+        for _ in range(2100):
+            deep = (deep,)
+        base = compile("X = 1\n", "/v/deep.py", "exec")
+        w = N.Writer(1)
+        w.add(base)
+        before = bytes(w.heap())
+        with pytest.raises(NativeError, match="nested deeper"):
+            w.add(base.replace(co_consts=(deep,)))
+        assert bytes(w.heap()) == before
+
     def test_quickened_code_is_refused(self):
         def hot(n):
             s = 0
