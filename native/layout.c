@@ -57,6 +57,37 @@ unsupported(PyObject *op)
 #  include "layout/layout_310.h"
 #endif
 
+#ifndef PYCDS_LAYOUT_HEAP_SINGLETONS
+/* The layout's shared instances (small ints, 1-char strs, empty
+ * singletons) are static objects of the image: pycds_w_slot() refers to
+ * them as EXTERNAL before asking, so there is never a SINGLETON slot. */
+int
+pycds_layout_heap_singleton(PyObject *op)
+{
+    (void)op;
+    return 0;
+}
+
+int
+pycds_layout_use_singleton(PyObject **slot)
+{
+    (void)slot;
+    return pycds_fail(PYCDS_E_CORRUPT,
+                      "SINGLETON relocation in a %s archive", PYCDS_LAYOUT_NAME);
+}
+#endif
+
+#ifndef PYCDS_LAYOUT_HAS_AFTER_LOAD
+/* Code objects of this layout carry no per-process state that init_code
+ * sets (3.10, 3.11: the copy is complete as it is). */
+int
+pycds_layout_after_load(PyObject *root)
+{
+    (void)root;
+    return PYCDS_OK;
+}
+#endif
+
 /* Facts every layout shares: the offsets of the static objects an archive
  * may point at, from the anchor.  Same build id => same offsets, but the
  * offsets also catch a rebuilt interpreter without a build id. */
@@ -87,4 +118,55 @@ pycds_layout_describe(char *buf, size_t cap)
         return pycds_fail(PYCDS_E_ARG, "layout id buffer too small");
     }
     return PYCDS_OK;
+}
+
+/* ---- what the loader's structural check needs to know ----------------- */
+
+/* The type each pointer field of a code object must have, by field name,
+ * for every name a layout's PYCDS_CODE_PTR_FIELDS may list (3.10-3.13:
+ * Include/cpython/code.h).  A new field name fails to compile here, which is
+ * the point: the loader must be told what the field holds. */
+#define PYCDS_FIELD_TYPE_co_code (&PyBytes_Type)
+#define PYCDS_FIELD_TYPE_co_consts (&PyTuple_Type)
+#define PYCDS_FIELD_TYPE_co_names (&PyTuple_Type)
+#define PYCDS_FIELD_TYPE_co_varnames (&PyTuple_Type)
+#define PYCDS_FIELD_TYPE_co_freevars (&PyTuple_Type)
+#define PYCDS_FIELD_TYPE_co_cellvars (&PyTuple_Type)
+#define PYCDS_FIELD_TYPE_co_exceptiontable (&PyBytes_Type)
+#define PYCDS_FIELD_TYPE_co_localsplusnames (&PyTuple_Type)
+#define PYCDS_FIELD_TYPE_co_localspluskinds (&PyBytes_Type)
+#define PYCDS_FIELD_TYPE_co_filename (&PyUnicode_Type)
+#define PYCDS_FIELD_TYPE_co_name (&PyUnicode_Type)
+#define PYCDS_FIELD_TYPE_co_qualname (&PyUnicode_Type)
+#define PYCDS_FIELD_TYPE_co_linetable (&PyBytes_Type)
+#define PYCDS_FIELD_TYPE_co_lnotab (&PyBytes_Type)
+
+/* Tuples of names hold only str (codeobject.c, intern_strings()). */
+#define PYCDS_FIELD_ITEMS_co_code NULL
+#define PYCDS_FIELD_ITEMS_co_consts NULL
+#define PYCDS_FIELD_ITEMS_co_names (&PyUnicode_Type)
+#define PYCDS_FIELD_ITEMS_co_varnames (&PyUnicode_Type)
+#define PYCDS_FIELD_ITEMS_co_freevars (&PyUnicode_Type)
+#define PYCDS_FIELD_ITEMS_co_cellvars (&PyUnicode_Type)
+#define PYCDS_FIELD_ITEMS_co_exceptiontable NULL
+#define PYCDS_FIELD_ITEMS_co_localsplusnames (&PyUnicode_Type)
+#define PYCDS_FIELD_ITEMS_co_localspluskinds NULL
+#define PYCDS_FIELD_ITEMS_co_filename NULL
+#define PYCDS_FIELD_ITEMS_co_name NULL
+#define PYCDS_FIELD_ITEMS_co_qualname NULL
+#define PYCDS_FIELD_ITEMS_co_linetable NULL
+#define PYCDS_FIELD_ITEMS_co_lnotab NULL
+
+static const pycds_code_field code_fields[] = {
+#define CODE_FIELD(f) {offsetof(PyCodeObject, f), PYCDS_FIELD_TYPE_##f, \
+                       PYCDS_FIELD_ITEMS_##f},
+    PYCDS_CODE_PTR_FIELDS(CODE_FIELD)
+#undef CODE_FIELD
+};
+
+size_t
+pycds_layout_code_fields(const pycds_code_field **out)
+{
+    *out = code_fields;
+    return sizeof(code_fields) / sizeof(code_fields[0]);
 }

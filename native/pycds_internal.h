@@ -45,6 +45,12 @@ void *pycds_w_at(pycds_writer *w, uint64_t off);
 /* Copy `child` (or refer to it, if static) and store the reference in the
  * pointer slot at heap offset slot_off, recording its relocation entry. */
 int pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth);
+/* Copy size bytes of plain data (no pointers) into the chunk and store an
+ * INTERNAL reference to them in the pointer slot at heap offset slot_off.
+ * The block is padded to at least sizeof(PyObject): the loader checks that
+ * every internal target has room for an object header. */
+int pycds_w_raw(pycds_writer *w, uint64_t slot_off, const void *data,
+                size_t size);
 
 /* layout.c: one CPython minor version's object layout. */
 /* Copy op (an exact instance of a supported type, not static) into the
@@ -54,7 +60,29 @@ int pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off);
 int pycds_layout_str_interned(PyObject *op);
 /* Re-intern the str in *slot at load (replaces *slot). */
 int pycds_layout_intern(PyObject **slot);
+/* Nonzero if op (not in the image, so copied) has a value for which
+ * unmarshal hands out an instance the interpreter shares (3.10: small ints,
+ * the empty and 1-char latin-1 strs, (), b''); the slot is then recorded as
+ * PYCDS_RELOC_SINGLETON.  Layouts whose shared instances are all static in
+ * the image (3.11+) get layout.c's default, which returns 0. */
+int pycds_layout_heap_singleton(PyObject *op);
+/* At load: replace the copy in *slot with the interpreter's shared instance
+ * of its value (a new reference the archive keeps for good).  The default
+ * refuses: a layout without heap singletons never writes such a slot. */
+int pycds_layout_use_singleton(PyObject **slot);
+/* At load, after all fix-ups: the per-process work a fresh unmarshal does
+ * for each code object reachable from root (3.12+: draw co_version, tell
+ * the code watchers).  Layouts that need none get layout.c's no-op. */
+int pycds_layout_after_load(PyObject *root);
 /* Text describing the layout facts an archive depends on. */
 int pycds_layout_describe(char *buf, size_t cap);
+/* The pointer fields of a code object (offset, and the exact type their
+ * target must have), for the loader's structural check; *out is static. */
+typedef struct {
+    size_t offset;
+    PyTypeObject *type;
+    PyTypeObject *item_type;  /* tuples: exact type of every item, or NULL */
+} pycds_code_field;
+size_t pycds_layout_code_fields(const pycds_code_field **out);
 
 #endif /* PYCDS_INTERNAL_H */

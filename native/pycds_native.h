@@ -36,6 +36,9 @@
 #define PYCDS_RELOC_EXTERNAL 1    /* slot holds an offset from the image anchor */
 #define PYCDS_RELOC_INTERN 2      /* INTERNAL, then re-intern the str */
 #define PYCDS_RELOC_FROZENSET 3   /* INTERNAL to a tuple, then frozenset(tuple) */
+#define PYCDS_RELOC_SINGLETON 4   /* INTERNAL to a copy of a value the interpreter
+                                     shares (3.10: small int, empty or 1-char
+                                     str, (), b''), then its shared instance */
 
 /* Mode values mirrored from pycds/_config.py. */
 #define PYCDS_MODE_OFF 0

@@ -5,7 +5,9 @@
  * CPython lays them out, with the per-process parts reset (layout.c).  Every
  * pointer slot written into the heap gets a relocation entry:
  *   - to an object copied into the same chunk: INTERNAL (value = chunk offset),
- *     or INTERN for strings the interpreter had interned;
+ *     or INTERN for strings the interpreter had interned, or SINGLETON for
+ *     values of which the interpreter shares one heap instance (layout.c
+ *     says which: 3.10's small ints, 1-char strs, empty singletons);
  *   - to a static object of the interpreter image: EXTERNAL (value = offset
  *     from the image anchor);
  *   - to a frozenset: FROZENSET; the heap holds a tuple of its items and the
@@ -245,8 +247,26 @@ pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth)
     else if (PyUnicode_CheckExact(child) && pycds_layout_str_interned(child)) {
         kind = PYCDS_RELOC_INTERN;
     }
+    else if (pycds_layout_heap_singleton(child)) {
+        kind = PYCDS_RELOC_SINGLETON;
+    }
     store_slot(w, slot_off, off - w->chunk_start);
     return add_reloc(w, slot_off, kind);
+}
+
+int
+pycds_w_raw(pycds_writer *w, uint64_t slot_off, const void *data, size_t size)
+{
+    size_t padded = size < sizeof(PyObject) ? sizeof(PyObject) : size;
+    uint64_t off;
+    int rc = pycds_w_alloc(w, padded, &off);
+    if (rc) {
+        return rc;
+    }
+    w->nobjects--;            /* data, not an object */
+    memcpy(w->heap + off, data, size);
+    store_slot(w, slot_off, off - w->chunk_start);
+    return add_reloc(w, slot_off, PYCDS_RELOC_INTERNAL);
 }
 
 /* ---- exported --------------------------------------------------------- */

@@ -37,6 +37,7 @@ def _activate(cfg):
         import atexit
         from . import dump
         atexit.register(dump.dump_at_exit, cfg)
+        dump.dump_session()   # children started from here on inherit it
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
         from . import trace

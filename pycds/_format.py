@@ -11,8 +11,9 @@ archive reads the header, the meta block and the bucket table, nothing else;
 a lookup reads one entry.  Every part is checked before use: the header with
 a fixed-key hash, the rest with hashes keyed by the archive's random id, so a
 part of another archive (say, after the file was overwritten in place) never
-passes as part of this one.  Checksums use ``_imp.source_hash`` (SipHash-1-3,
-the function PEP 552 uses for hash-based pycs); the heap is checked per
+passes as part of this one.  Checksums use ``_imp.source_hash`` (the
+function PEP 552 uses for hash-based pycs: SipHash-1-3 from 3.11, SipHash-2-4
+on 3.10, so an archive is only ever verified by its own minor version); the heap is checked per
 module, in C, with XXH64.
 """
 
@@ -24,12 +25,13 @@ import sys
 from _frozen_importlib_external import _RAW_MAGIC_NUMBER
 
 MAGIC = b"PYCDS\x00ar"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_SIZE = 256
 EMPTY = 0xFFFFFFFF
 PAGE = 4096
+_ENTRY_READ = 1024    # bytes read at once for an index entry
 
-# Header fields: (name, offset, size).  Bytes 184..247 are reserved (zero).
+# Header fields: (name, offset, size).  Bytes 148..247 are reserved (zero).
 _FIELDS = (
     ("magic", 0, 8),
     ("format", 8, 4),
@@ -51,6 +53,7 @@ _FIELDS = (
     ("file_len", 120, 8),
     ("meta_sum", 128, 8),
     ("buckets_sum", 136, 8),
+    ("py_hexversion", 144, 4),
 )
 _SUM_AT = 248
 _HEADER_KEY = 0x50594344534844        # "PYCDSHD"
@@ -114,6 +117,13 @@ class Header:
         if h.format != FORMAT_VERSION:
             raise FormatError(f"archive format {h.format}, this pycds reads "
                               f"format {FORMAT_VERSION}")
+        # Checked before the checksum: _imp.source_hash is SipHash-2-4 on
+        # 3.10 and SipHash-1-3 from 3.11 on, so another version's header
+        # could not even be verified; say which version made it instead.
+        if h.py_hexversion >> 16 != sys.hexversion >> 16:
+            raise FormatError(
+                f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
+                f"this is Python {sys.version_info[0]}.{sys.version_info[1]}")
         if _u(b, _SUM_AT, 8) != checksum(b[:_SUM_AT], _HEADER_KEY):
             raise FormatError("header checksum mismatch")
         if h.file_len != file_len:
@@ -176,7 +186,10 @@ class Index:
     @classmethod
     def open(cls, path, check_owner=True):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: opening a FIFO (or a device) put at the archive
+            # path must not block start-up; it is refused as not a regular
+            # file just below.  No effect on regular files.
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
             raise FormatError(e.strerror or str(e)) from None
         try:
@@ -231,11 +244,17 @@ class Index:
         h = self.header
         if off + 12 > h.entries_len:
             return None
-        head = os.pread(self.fd, 12, h.entries_off + off)
+        # One pread covers most entries (a few hundred bytes); a longer
+        # entry gets a second read for the rest.
+        head = os.pread(self.fd, min(_ENTRY_READ, h.entries_len - off),
+                        h.entries_off + off)
         length = int.from_bytes(head[:4], "little")
-        if length < 12 or off + length > h.entries_len:
+        if length < 12 or off + length > h.entries_len or len(head) < 12:
             return None
-        payload = os.pread(self.fd, length - 12, h.entries_off + off + 12)
+        payload = head[12:length]
+        if len(head) < length:
+            payload += os.pread(self.fd, length - len(head),
+                                h.entries_off + off + len(head))
         if checksum(payload, self._key) != int.from_bytes(head[4:12], "little"):
             return None
         try:

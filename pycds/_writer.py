@@ -11,6 +11,7 @@ next dump.
 
 import marshal
 import os
+import sys
 import time
 
 from . import _format as F
@@ -57,6 +58,7 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0):
     h.created_ns = time.time_ns()
     h.nmodules = n
     h.flags = flags
+    h.py_hexversion = sys.hexversion
     h.meta_off = F.HEADER_SIZE
     h.meta_len = len(meta_b)
     h.buckets_off = _align(h.meta_off + h.meta_len, 8)

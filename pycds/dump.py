@@ -96,12 +96,14 @@ def collect(pairs):
         yield name, spec
 
 
-def dump_modules(pairs, path, verbose=0):
+def dump_modules(pairs, path, verbose=0, session=None):
     """Archive the modules among ``pairs`` into ``path``.
 
     Returns ``(archived, skipped)`` counts.  Raises OSError when the file
     cannot be written and ImportError when the native module is missing;
     modules that cannot be archived are skipped (listed at PYCDSVERBOSE=2).
+    With a ``session`` id (see :func:`dump_session`), modules that other
+    processes of the session wrote to ``path`` are kept.
     """
     from . import _nativeapi as N
     from . import _writer
@@ -141,15 +143,110 @@ def dump_modules(pairs, path, verbose=0):
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()
     meta["created"] = time.time()
+    if session:
+        meta["session"] = session
     heap = writer.heap()
     relocs = writer.relocs()
-    header, parts = _writer.layout(entries, len(heap), len(relocs) // 4,
-                                   meta, archive_id)
-    parts.insert(0, (0, header.pack()))
-    parts.append((header.heap_off, heap))
-    parts.append((header.reloc_off, relocs))
-    _writer.write_atomic(path, parts)
+    with _directory_lock(path):
+        # Processes of one DUMP session (a program and the children that
+        # inherit PYCDSMODE=DUMP) each write the archive at exit; each keeps
+        # the modules the others wrote, so the last writer loses nothing.
+        more = _carry_over(path, session, entries, archive_id, len(heap),
+                           len(relocs) // 4, N)
+        if more[0]:
+            entries = entries + more[0]
+            heap = b"".join([heap, *more[1]])
+            relocs = b"".join([relocs, *more[2]])
+        header, parts = _writer.layout(entries, len(heap), len(relocs) // 4,
+                                       meta, archive_id)
+        parts.insert(0, (0, header.pack()))
+        parts.append((header.heap_off, heap))
+        parts.append((header.reloc_off, relocs))
+        _writer.write_atomic(path, parts)
     return len(entries), skipped
+
+
+# ---- one archive per DUMP session -----------------------------------------
+
+SESSION_VAR = "PYCDS_DUMP_SESSION"
+
+
+def dump_session():
+    """The id of this DUMP session: made by the first DUMP process and put in
+    its environment, so the child processes it starts share it."""
+    session = os.environ.get(SESSION_VAR, "")
+    if not session:
+        session = os.urandom(8).hex()
+        os.environ[SESSION_VAR] = session
+    return session
+
+
+class _directory_lock:
+    """flock() on the archive's directory: writers of one directory take
+    turns between reading the old archive and renaming the new one."""
+
+    def __init__(self, path):
+        self.dir = os.path.dirname(os.path.abspath(path))
+        self.fd = -1
+
+    def __enter__(self):
+        import fcntl
+        os.makedirs(self.dir, exist_ok=True)
+        try:
+            self.fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            pass      # no locking here (say, a file system without flock)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd >= 0:
+            os.close(self.fd)   # releases the lock
+
+
+def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
+    """The modules of the archive at ``path`` that ``entries`` lacks, if it
+    was written in this DUMP session by this interpreter build: returns
+    ``(entries, heap parts, relocation parts)`` to append, each chunk
+    checked against its old checksum and re-signed for ``archive_id``."""
+    out = ([], [], [])
+    if not session:
+        return out
+    try:
+        index = F.Index.open(path)
+    except F.FormatError:
+        return out
+    try:
+        if index.meta.get("session") != session or \
+                index.meta.get("layout") != N.layout_id():
+            return out
+        have = {e.name for e in entries}
+        h = index.header
+        for old in index.entries():
+            if old.name in have:
+                continue
+            chunk = os.pread(index.fd, old.chunk_len, h.heap_off + old.chunk_off)
+            rel = os.pread(index.fd, 4 * old.reloc_count,
+                           h.reloc_off + 4 * old.reloc_first)
+            if len(chunk) != old.chunk_len or len(rel) != 4 * old.reloc_count or \
+                    old.chunk_len % 8 or \
+                    N.hash64(rel, N.hash64(chunk, h.archive_id)) != old.chunk_sum:
+                continue
+            old.number = len(entries) + len(out[0])
+            old.chunk_off = heap_len
+            old.reloc_first = nrelocs
+            old.chunk_sum = N.hash64(rel, N.hash64(chunk, archive_id))
+            heap_len += len(chunk)
+            nrelocs += old.reloc_count
+            out[0].append(old)
+            out[1].append(chunk)
+            out[2].append(rel)
+            have.add(old.name)
+    except (F.FormatError, OSError):
+        return ([], [], [])
+    finally:
+        index.close()
+    return out
 
 
 def _pycds_version():
@@ -163,7 +260,8 @@ def dump_at_exit(config):
     pairs = snapshot()
     t0 = time.perf_counter()
     try:
-        n, skipped = dump_modules(pairs, config.archive, config.verbose)
+        n, skipped = dump_modules(pairs, config.archive, config.verbose,
+                                  dump_session())
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: {e}")
         return

@@ -92,8 +92,15 @@ class _Archive:
                 self.disable(str(e))
             elif code == -8:   # PYCDS_E_STATE: failed before, said then
                 _fallback(entry.name, "failed to load before")
-            else:
+            elif code in (-1, -10):
+                # PYCDS_E_NOMEM, PYCDS_E_PYTHON: this process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")
+            else:
+                # PYCDS_E_CORRUPT, PYCDS_E_IO, PYCDS_E_ARG (an index entry
+                # out of range) or a malformed entry: the file is damaged or
+                # was replaced; trust none of it from now on (modules already
+                # loaded passed their checks and stay).
+                self.disable(str(e))
             return None
         _stats["load_ms"] += (time.perf_counter() - t0) * 1e3
         _stats["bytes_loaded"] += entry.chunk_len
@@ -121,6 +128,15 @@ def _stale(entry, check):
             return "hash-based .pyc is gone"
         if pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size:
             return "hash-based .pyc changed"
+        # Where plain import compares the source hash with the .pyc's
+        # (checked pycs under "default", every hash-based pyc under
+        # "always": SourceLoader.get_code in _bootstrap_external.py, 3.11),
+        # an edit that keeps mtime and size is seen by plain import; so it
+        # must be here.
+        policy = _imp.check_hash_based_pycs
+        if policy == "always" or (policy == "default"
+                                  and entry.pyc_kind == F.PYC_CHECKED_HASH):
+            check = "hash"
     if check == "hash":
         try:
             with open(entry.origin, "rb") as f:

@@ -3,6 +3,7 @@ helpers for in-process finder tests (after CPython's test_importlib/util.py).
 """
 
 import contextlib
+import importlib.machinery
 import os
 import subprocess
 import sys
@@ -16,8 +17,10 @@ WORKSPACE = os.path.join(HERE, "workspace")
 
 # `python -m pytest` from the checkout puts the checkout first on sys.path;
 # unless the native module was built in place there (a development setup),
-# its pycds/ cannot run: test the installed package instead.
-if not any(n.startswith("_native.") for n in os.listdir(os.path.join(ROOT, "pycds"))):
+# its pycds/ cannot run: test the installed package instead.  Only a module
+# built for this interpreter counts (a checkout may hold one per version).
+if not any(os.path.exists(os.path.join(ROOT, "pycds", "_native" + suffix))
+           for suffix in importlib.machinery.EXTENSION_SUFFIXES):
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
 
 

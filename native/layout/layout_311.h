@@ -61,7 +61,18 @@ copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
     set_refcnt(w, *off);
     PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, *off);
     a->hash = -1;
-    a->state.interned = SSTATE_NOT_INTERNED;
+    /* PyUnicode_New sets the state bit-fields one by one and never writes
+     * the unnamed 24 bits nor the padding up to wstr: rebuild the state in
+     * zeroed memory, so the archive holds no uninitialised bytes.  interned
+     * stays 0 (SSTATE_NOT_INTERNED). */
+    unsigned int kind = a->state.kind, compact = a->state.compact;
+    unsigned int ascii = a->state.ascii, ready = a->state.ready;
+    memset((char *)a + offsetof(PyASCIIObject, state), 0,
+           offsetof(PyASCIIObject, wstr) - offsetof(PyASCIIObject, state));
+    a->state.kind = kind;
+    a->state.compact = compact;
+    a->state.ascii = ascii;
+    a->state.ready = ready;
     _Py_COMP_DIAG_PUSH
     _Py_COMP_DIAG_IGNORE_DEPR_DECLS
     a->wstr = NULL;
@@ -138,13 +149,24 @@ copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 static int
 copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {
-    size_t size = _PyObject_VAR_SIZE(&PyCode_Type, Py_SIZE(op));
+    /* The bytecode's exact end: _PyObject_VAR_SIZE rounds up to 8, and
+     * the allocation's tail past the last code unit is uninitialised
+     * (the heap block is zero-padded instead). */
+    size_t size = offsetof(PyCodeObject, co_code_adaptive)
+                  + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
     int rc = copy_raw(w, op, size, 0, off);
     if (rc) {
         return rc;
     }
     set_refcnt(w, *off);
     PyCodeObject *c = (PyCodeObject *)pycds_w_at(w, *off);
+    /* _PyObject_VAR_SIZE rounds up to pointer alignment; the bytes after
+     * the bytecode were never written: no uninitialised bytes in the heap. */
+    size_t used = offsetof(PyCodeObject, co_code_adaptive)
+                  + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
+    if (used < size) {
+        memset((char *)c + used, 0, size - used);
+    }
     /* Per-process state starts as a fresh unmarshal leaves it. */
     c->co_warmup = QUICKENING_INITIAL_WARMUP_VALUE;
     c->_co_linearray_entry_size = 0;

@@ -21,9 +21,12 @@ class TestPth:
         img = str(tmp_path / "a.img")
         (tmp_path / "m.py").write_text("X = 1\n")
         run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
-        code = ("import sys; print(sorted(m for m in sys.modules if m.startswith"
-                "(('numpy', '_cffi', 'pycds._native', 'pycds.bf16', 'cffi'))))")
-        r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        # A script, not -c: 3.13 imports linecache for -c (to show the
+        # command's source in tracebacks), and the DUMP run archived it.
+        (tmp_path / "probe.py").write_text(
+            "import sys; print(sorted(m for m in sys.modules if m.startswith"
+            "(('numpy', '_cffi', 'pycds._native', 'pycds.bf16', 'cffi'))))\n")
+        r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.out.strip() == "[]", r
 
     def test_broken_archive_path_warns_once_and_runs(self, tmp_path):

@@ -2,9 +2,11 @@
 load them back from a real archive file, compare and execute."""
 
 import dis
+import marshal
 import math
 import os
 import sys
+import types
 
 import pytest
 
@@ -84,16 +86,24 @@ def all_codes(co):
             yield from all_codes(c)
 
 
+# The code attributes compared, as far as this interpreter's code type has
+# them (co_qualname and co_exceptiontable are 3.11+; co_positions() too).
+CODE_ATTRS = [a for a in (
+    "co_code", "co_names", "co_varnames", "co_freevars", "co_cellvars",
+    "co_filename", "co_name", "co_qualname", "co_firstlineno", "co_linetable",
+    "co_exceptiontable", "co_flags", "co_argcount", "co_kwonlyargcount",
+    "co_posonlyargcount", "co_stacksize", "co_nlocals")
+    if hasattr(types.CodeType, a)]
+
+
 def same_code(a, b):
     for x, y in zip(all_codes(a), all_codes(b), strict=True):
-        for attr in ("co_code", "co_names", "co_varnames", "co_freevars",
-                     "co_cellvars", "co_filename", "co_name", "co_qualname",
-                     "co_firstlineno", "co_linetable", "co_exceptiontable",
-                     "co_flags", "co_argcount", "co_kwonlyargcount",
-                     "co_posonlyargcount", "co_stacksize", "co_nlocals"):
+        for attr in CODE_ATTRS:
             assert getattr(x, attr) == getattr(y, attr), attr
         assert len(x.co_consts) == len(y.co_consts)
-        assert list(x.co_positions()) == list(y.co_positions())
+        assert list(x.co_lines()) == list(y.co_lines())
+        if hasattr(x, "co_positions"):
+            assert list(x.co_positions()) == list(y.co_positions())
         assert [i.opname for i in dis.get_instructions(x)] == \
             [i.opname for i in dis.get_instructions(y)]
     return True
@@ -180,6 +190,44 @@ class TestRoundTrip:
             w.add(base.replace(co_consts=(deep,)))
         assert bytes(w.heap()) == before
 
+    def test_shared_instances_are_as_unmarshal_gives_them(self, tmp_path):
+        # Which constants are the interpreter's shared instances (small
+        # ints, ''/1-char latin-1 strs, (), b'') must be as after
+        # marshal.loads; on 3.10 these live on the heap (SINGLETON
+        # relocations), on 3.11+ in the image (EXTERNAL).
+        src = ("A = (0, 1, -5, 256, 257, -6, 2 ** 40, '', 'a', '+', 'é', "
+               "'\\u0100', 'xy', (), b'', b'a', b'ab')\nb = c = A\n")
+        code = compile(src, "/v/s.py", "exec")
+        index, arch = archive_of({"s": code}, tmp_path)
+        got = arch.load(index.lookup("s"))
+        ref = marshal.loads(marshal.dumps(code))
+
+        def shared(v):
+            # v is the instance its type's constructors hand out for its value
+            if type(v) is int:
+                return v is int(repr(v))
+            if type(v) is str:
+                return v is (chr(ord(v)) if len(v) == 1 else v[:0] + v[:0])
+            if type(v) is bytes:
+                return v is (v[:0] if not v else None)
+            return v is tuple(v)
+
+        a_got = next(c for c in got.co_consts if type(c) is tuple)
+        a_ref = next(c for c in ref.co_consts if type(c) is tuple)
+        assert a_got == a_ref
+        assert [shared(v) for v in a_got] == [shared(v) for v in a_ref]
+        # (not vacuous: these are shared on every version)
+        assert all(shared(a_got[i]) for i in (0, 1, 2, 3, 7, 9, 13, 14))
+        # Interned 1-char names: the interned instance, and as shared as
+        # after unmarshal (3.10: the latin-1 singleton is the interned one).
+        assert list(got.co_names) == ["A", "b", "c"] == list(ref.co_names)
+        for n, r in zip(got.co_names, ref.co_names):
+            assert n is sys.intern(n) is r
+            assert shared(n) == shared(r)
+
+    @pytest.mark.skipif(sys.version_info < (3, 11),
+                        reason="3.10 does not quicken (co_code is immutable "
+                               "bytes): test_code_that_has_run_is_copied_fresh")
     def test_quickened_code_is_refused(self):
         def hot(n):
             s = 0
@@ -193,12 +241,63 @@ class TestRoundTrip:
             w.add(hot.__code__)
         assert len(w.heap()) == 0
 
+    @pytest.mark.skipif(sys.version_info >= (3, 11),
+                        reason="3.11+ quickens code in place: "
+                               "test_quickened_code_is_refused")
+    def test_code_that_has_run_is_copied_fresh(self, tmp_path):
+        # 3.10: after OPCACHE_MIN_RUNS (1024) calls a code object has an
+        # opcache and a zombie frame; the copy must start without them.
+        src = ("def hot(n, k=2):\n    s = 0\n    for i in range(n):\n"
+               "        s += len(str(i)) * k\n    return lambda: s + k\n")
+        ns = {}
+        exec(compile(src, "/v/hot.py", "exec"), ns)
+        hot = ns["hot"]
+        for _ in range(3000):
+            hot(3)
+        index, arch = archive_of({"hot": hot.__code__}, tmp_path)
+        got = arch.load(index.lookup("hot"))
+        assert got.co_cellvars == ("k", "s") == hot.__code__.co_cellvars
+        f = types.FunctionType(got, {"__builtins__": __builtins__}, "hot",
+                               (2,))
+        for _ in range(3000):
+            assert f(3)() == hot(3)() == 8
+        assert [f(n, 3)() for n in (0, 10, 200)] == \
+            [hot(n, 3)() for n in (0, 10, 200)]
+
     def test_unsupported_constant_is_refused(self):
         code = compile("X = 1\n", "/v/x.py", "exec")
         bad = code.replace(co_consts=(1, None, [1, 2]))
         w = N.Writer(1)
         with pytest.raises(NativeError, match="list"):
             w.add(bad)
+
+    def test_static_objects_are_external(self):
+        # None/True/False/Ellipsis and the type objects live in the
+        # interpreter image on every version: EXTERNAL, never copied.  On
+        # 3.10 nothing else is static, and the shared heap instances are
+        # SINGLETON; on 3.11+ those are static too, so there is none.
+        code = compile("X = (None, True, False, ..., 1.5, 'abc', 7, b'', ())\n",
+                       "/v/e.py", "exec")
+        w = N.Writer(1)
+        c = w.add(code)
+        heap, relocs = bytes(w.heap()), bytes(w.relocs())
+        external, kinds = set(), []
+        for i in range(c.reloc_first, c.reloc_first + c.reloc_count):
+            e = int.from_bytes(relocs[4 * i:4 * i + 4], "little")
+            slot, kind = c.chunk_off + (e & ~7), e & 7
+            kinds.append(kind)
+            if kind == N.lib.PYCDS_RELOC_EXTERNAL:
+                delta = int.from_bytes(heap[slot:slot + 8], "little", signed=True)
+                external.add(id(None) + delta)      # the anchor: &_Py_NoneStruct
+        statics = {id(o) for o in (None, True, False, ..., int, float, str, bytes,
+                                   tuple, types.CodeType)}
+        assert statics - {id(int), id(bytes)} <= external
+        singletons = kinds.count(N.lib.PYCDS_RELOC_SINGLETON)
+        if sys.version_info < (3, 11):
+            assert external <= statics
+            assert singletons >= 3       # 7, b'', () (and the empty name tuples)
+        else:
+            assert singletons == 0
 
 
 class TestCorruption:

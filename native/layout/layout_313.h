@@ -1,0 +1,401 @@
+/* layout_313.h -- CPython 3.13 object layout for archived objects.
+ *
+ * Included by layout.c only.  Sources (3.13 branch, checked against the
+ * 3.13.0 headers and the disassembly of its libpython): Include/cpython/code.h
+ * (_PyCode_DEF), Include/cpython/unicodeobject.h (PyASCIIObject,
+ * PyCompactUnicodeObject), Include/cpython/bytesobject.h,
+ * Include/cpython/longintrepr.h (_PyLongValue), Include/internal/pycore_long.h
+ * (_PyLong_DigitCount), Include/object.h (_Py_IMMORTAL_REFCNT),
+ * Include/internal/pycore_gc.h (PyGC_Head), Include/internal/pycore_interp.h
+ * (code_watchers, func_state, cached_objects.interned_strings),
+ * Include/internal/pycore_function.h (_py_func_state),
+ * Include/internal/pycore_global_objects.h (_PyRuntime's table of
+ * statically allocated strings); Objects/codeobject.c (init_code,
+ * _PyCode_Quicken, notify_code_watchers), Objects/unicodeobject.c
+ * (intern_common, _PyUnicode_InternImmortal, _PyUnicode_ClearInterned) and
+ * Python/marshal.c (r_object).
+ *
+ * What differs from 3.12 (see layout_312.h for what differs from 3.11):
+ *   - code: a new per-process pointer, co_executors (tier-2 executors),
+ *     NULL at creation.  co_version is drawn from the interpreter's
+ *     func_state.next_version (init_code: take it, increment unless 0), which
+ *     3.13 keeps in PyInterpreterState, so the load draws it directly.
+ *     PyFunction_New copies co_version into func_version, the guard of
+ *     specialised calls and the key of the function version cache: a copied
+ *     (stale) value would collide with the dump process's numbering.
+ *   - str interning: unmarshal calls _PyUnicode_InternImmortal (a string
+ *     already interned mortal is made immortal); PyUnicode_InternInPlace does
+ *     the same.  The heap copy of a str is never made the interned one
+ *     (pycds_layout_intern gives the slot an interpreter-owned string): code
+ *     in _PyUnicode_ClearInterned that makes SSTATE_INTERNED_IMMORTAL strings
+ *     mortal again at exit (present in debug builds and later versions; a
+ *     3.13.0 release build leaves them immortal, checked with gdb) would
+ *     free() it.
+ */
+#ifdef Py_GIL_DISABLED
+#  error "pycds does not support the free-threaded build (its object header differs)"
+#endif
+
+#include "internal/pycore_gc.h"
+#include "internal/pycore_code.h"
+#include "internal/pycore_interp.h"
+#include "internal/pycore_long.h"
+#include "internal/pycore_pystate.h"
+#include "internal/pycore_hashtable.h"
+#include "internal/pycore_runtime.h"
+
+#define PYCDS_LAYOUT_NAME "cpython-3.13"
+#define PYCDS_STR2(x) #x
+#define PYCDS_STR(x) PYCDS_STR2(x)
+#define PYCDS_LAYOUT_SIZES                                         \
+    "code=" PYCDS_STR(SIZEOF_VOID_P) "/"                           \
+    "gc=" PYCDS_STR(SIZEOF_VOID_P)
+
+/* This layout needs per-process work on each loaded code object. */
+#define PYCDS_LAYOUT_HAS_AFTER_LOAD 1
+
+/* Pointer fields of PyCodeObject copied with the code object; order matches
+ * Include/cpython/code.h (3.13).  Fields not listed are scalars copied as
+ * they are, or per-process state reset by copy_code(). */
+#define PYCDS_CODE_PTR_FIELDS(X)                                   \
+    X(co_consts) X(co_names) X(co_exceptiontable)                  \
+    X(co_localsplusnames) X(co_localspluskinds) X(co_filename)     \
+    X(co_name) X(co_qualname) X(co_linetable)
+
+static void
+set_refcnt(pycds_writer *w, uint64_t off)
+{
+    PyObject *copy = (PyObject *)pycds_w_at(w, off);
+    copy->ob_refcnt = _Py_IMMORTAL_REFCNT;
+}
+
+static int
+copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    if (!PyUnicode_IS_COMPACT(op)) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED, "str is not in compact form");
+    }
+    Py_ssize_t len = PyUnicode_GET_LENGTH(op);
+    size_t size;
+    if (PyUnicode_IS_ASCII(op)) {
+        size = sizeof(PyASCIIObject) + (size_t)len + 1;
+    }
+    else {
+        size = sizeof(PyCompactUnicodeObject)
+               + ((size_t)len + 1) * PyUnicode_KIND(op);
+    }
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, *off);
+    a->hash = -1;
+    /* PyUnicode_New sets the state bit-fields one by one and never writes
+     * the unnamed 24 bits nor the padding after them: rebuild the state in
+     * zeroed memory, so the archive holds no uninitialised bytes (valgrind
+     * flagged them).  interned stays 0 (SSTATE_NOT_INTERNED) and
+     * statically_allocated 0: the copy is a heap string. */
+    unsigned int kind = a->state.kind, compact = a->state.compact;
+    unsigned int ascii = a->state.ascii;
+    memset((char *)a + offsetof(PyASCIIObject, state), 0,
+           sizeof(PyASCIIObject) - offsetof(PyASCIIObject, state));
+    a->state.kind = kind;
+    a->state.compact = compact;
+    a->state.ascii = ascii;
+    if (!PyUnicode_IS_ASCII(op)) {
+        /* The UTF-8 cache is a PyObject_Malloc block of this process. */
+        PyCompactUnicodeObject *c = (PyCompactUnicodeObject *)a;
+        c->utf8 = NULL;
+        c->utf8_length = 0;
+    }
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    size_t size = offsetof(PyBytesObject, ob_sval) + (size_t)Py_SIZE(op) + 1;
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    ((PyBytesObject *)pycds_w_at(w, *off))->ob_shash = -1;
+    _Py_COMP_DIAG_POP
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    /* long_alloc() always allocates at least one digit. */
+    Py_ssize_t n = _PyLong_DigitCount((PyLongObject *)op);
+    size_t size = offsetof(PyLongObject, long_value.ob_digit)
+                  + sizeof(digit) * (size_t)(n > 0 ? n : 1);
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_fixed(pycds_writer *w, PyObject *op, size_t size, uint64_t *off)
+{
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(op);
+    size_t size = _PyObject_VAR_SIZE(&PyTuple_Type, n);
+    /* A zeroed PyGC_Head: untracked, which an immortal tuple of immutable
+     * items may be (the GC never needs to look at it). */
+    int rc = copy_raw(w, op, size, sizeof(PyGC_Head), off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    rc = copy_type_slot(w, *off, op);
+    for (Py_ssize_t i = 0; rc == PYCDS_OK && i < n; i++) {
+        rc = pycds_w_slot(w, *off + offsetof(PyTupleObject, ob_item)
+                                 + (size_t)i * sizeof(PyObject *),
+                          PyTuple_GET_ITEM(op, i), depth);
+    }
+    return rc;
+}
+
+/* 0 if the adaptive bytecode of code object op is exactly what init_code
+ * makes of its bytecode (as after unmarshal: never run, so no specialised
+ * instruction and every counter at its initial value), else an error.  The
+ * reference is a replica from code.replace(), which deoptimises the
+ * bytecode (_PyCode_GetCode) and builds a new code object through
+ * init_code and _PyCode_Quicken, as marshal's round trip does. */
+static int
+check_fresh(PyCodeObject *src)
+{
+    PyObject *replica = PyObject_CallMethod((PyObject *)src, "replace", NULL);
+    if (replica == NULL) {
+        return pycds_fail_python("replicating a code object");
+    }
+    size_t n = (size_t)Py_SIZE(src) * sizeof(_Py_CODEUNIT);
+    int same = Py_SIZE(replica) == Py_SIZE(src)
+               && memcmp(((PyCodeObject *)replica)->co_code_adaptive,
+                         src->co_code_adaptive, n) == 0;
+    Py_DECREF(replica);
+    if (!same) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED,
+                          "code object %.100s has already run (quickened)",
+                          PyUnicode_AsUTF8(src->co_name));
+    }
+    return PYCDS_OK;
+}
+
+static int
+copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    PyCodeObject *src = (PyCodeObject *)op;
+    int rc = check_fresh(src);
+    if (rc) {
+        return rc;
+    }
+    /* The bytecode's exact end: _PyObject_VAR_SIZE rounds up to 8, and
+     * the allocation's tail past the last code unit is uninitialised
+     * (the heap block is zero-padded instead). */
+    size_t size = offsetof(PyCodeObject, co_code_adaptive)
+                  + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
+    rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    PyCodeObject *c = (PyCodeObject *)pycds_w_at(w, *off);
+    /* Per-process state starts as init_code leaves it; co_version is drawn
+     * at load (pycds_layout_after_load). */
+    c->co_version = 0;
+    c->co_weakreflist = NULL;
+    c->co_executors = NULL;
+    c->_co_cached = NULL;
+    c->_co_instrumentation_version = 0;
+    c->_co_monitoring = NULL;
+    c->co_extra = NULL;
+    /* The alignment padding after _co_firsttraceable is never written by
+     * init_code: zero it, so no stale process memory reaches the archive
+     * (and the archive bytes are deterministic; valgrind flagged it). */
+    memset((char *)c + offsetof(PyCodeObject, _co_firsttraceable)
+               + sizeof(c->_co_firsttraceable),
+           0, offsetof(PyCodeObject, co_extra)
+                  - offsetof(PyCodeObject, _co_firsttraceable)
+                  - sizeof(c->_co_firsttraceable));
+    rc = copy_type_slot(w, *off, op);
+#define COPY_FIELD(f)                                                   \
+    if (rc == PYCDS_OK) {                                               \
+        rc = pycds_w_slot(w, *off + offsetof(PyCodeObject, f),          \
+                          src->f, depth);                               \
+    }
+    PYCDS_CODE_PTR_FIELDS(COPY_FIELD)
+#undef COPY_FIELD
+    return rc;
+}
+
+int
+pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    if (PyUnicode_CheckExact(op)) {
+        return copy_str(w, op, off);
+    }
+    if (PyBytes_CheckExact(op)) {
+        return copy_bytes(w, op, off);
+    }
+    if (PyLong_CheckExact(op)) {
+        return copy_long(w, op, off);
+    }
+    if (PyFloat_CheckExact(op)) {
+        return copy_fixed(w, op, sizeof(PyFloatObject), off);
+    }
+    if (PyComplex_CheckExact(op)) {
+        return copy_fixed(w, op, sizeof(PyComplexObject), off);
+    }
+    if (PyTuple_CheckExact(op)) {
+        return copy_tuple(w, op, depth, off);
+    }
+    if (PyCode_Check(op)) {
+        return copy_code(w, op, depth, off);
+    }
+    return unsupported(op);
+}
+
+int
+pycds_layout_str_interned(PyObject *op)
+{
+    return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
+}
+
+int
+pycds_layout_intern(PyObject **slot)
+{
+    /* Unmarshal interns with _PyUnicode_InternImmortal: the slot gets the
+     * statically allocated string or this interpreter's interned string of
+     * that value, made immortal if it was interned mortal, or else a new
+     * string that becomes the interned one.  So:
+     *   1. a statically allocated string (_PyRuntime's table, looked up
+     *      before the dict, as intern_common does), or an interned one that
+     *      is already immortal: take it;
+     *   2. otherwise intern a new interpreter-owned copy with
+     *      PyUnicode_InternInPlace (= _PyUnicode_InternImmortal in 3.13),
+     *      which also immortalises a mortal interned string.  The heap copy
+     *      itself never becomes the interned one (see the file comment). */
+    PyObject *s = *slot;
+    _Py_hashtable_t *statics = _PyRuntime.cached_objects.interned_strings;
+    if (statics != NULL) {
+        PyObject *r = (PyObject *)_Py_hashtable_get(statics, s);
+        if (r != NULL) {
+            *slot = r;
+            return PYCDS_OK;
+        }
+    }
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    PyObject *interned = _Py_INTERP_CACHED_OBJECT(interp, interned_strings);
+    if (interned != NULL) {
+        PyObject *t = PyDict_GetItemWithError(interned, s);
+        if (t != NULL && _Py_IsImmortal(t)) {
+            *slot = t;
+            return PYCDS_OK;
+        }
+        if (t == NULL && PyErr_Occurred()) {
+            return pycds_fail_python("looking up an interned string");
+        }
+    }
+    PyObject *fresh = PyUnicode_FromKindAndData(PyUnicode_KIND(s),
+                                                PyUnicode_DATA(s),
+                                                PyUnicode_GET_LENGTH(s));
+    if (fresh == NULL) {
+        return pycds_fail_python("copying a string to intern");
+    }
+    PyUnicode_InternInPlace(&fresh);
+    if (PyErr_Occurred()) {
+        Py_DECREF(fresh);
+        return pycds_fail_python("interning a string");
+    }
+    /* The archive keeps this reference for good. */
+    *slot = fresh;
+    return PYCDS_OK;
+}
+
+/* ---- per-process state of loaded code objects ------------------------ */
+
+/* Draw the next code version exactly as init_code does (3.13.0
+ * Objects/codeobject.c): the interpreter's counter, incremented unless it
+ * ran out (0: no more versions; functions then never specialise). */
+static uint32_t
+draw_code_version(PyInterpreterState *interp)
+{
+    uint32_t v = interp->func_state.next_version;
+    if (v != 0) {
+        interp->func_state.next_version = v + 1;
+    }
+    return v;
+}
+
+/* notify_code_watchers(PY_CODE_EVENT_CREATE, co) of Objects/codeobject.c. */
+static void
+notify_created(PyInterpreterState *interp, PyCodeObject *co)
+{
+    uint8_t bits = interp->active_code_watchers;
+    for (int i = 0; bits != 0 && i < CODE_MAX_WATCHERS; i++, bits >>= 1) {
+        if ((bits & 1) && interp->code_watchers[i] != NULL) {
+            if (interp->code_watchers[i](PY_CODE_EVENT_CREATE, co) < 0) {
+                PyErr_FormatUnraisable(
+                    "Exception ignored in %s watcher callback for %R",
+                    "PY_CODE_EVENT_CREATE", (PyObject *)co);
+            }
+        }
+    }
+}
+
+/* What init_code does per process for one code object, innermost first
+ * (unmarshal creates a code object's constants before the code object). */
+static int
+init_loaded(PyInterpreterState *interp, PyObject *op, int depth)
+{
+    if (depth > PYCDS_MAX_DEPTH) {
+        return pycds_fail(PYCDS_E_TOODEEP, "constants nested deeper than %d",
+                          PYCDS_MAX_DEPTH);
+    }
+    if (PyTuple_CheckExact(op)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(op); i++) {
+            int rc = init_loaded(interp, PyTuple_GET_ITEM(op, i), depth + 1);
+            if (rc) {
+                return rc;
+            }
+        }
+        return PYCDS_OK;
+    }
+    if (!PyCode_Check(op)) {
+        return PYCDS_OK;
+    }
+    PyCodeObject *co = (PyCodeObject *)op;
+    int rc = init_loaded(interp, co->co_consts, depth + 1);
+    if (rc) {
+        return rc;
+    }
+    co->co_version = draw_code_version(interp);
+    notify_created(interp, co);
+    return PYCDS_OK;
+}
+
+int
+pycds_layout_after_load(PyObject *root)
+{
+    return init_loaded(PyInterpreterState_Get(), root, 0);
+}

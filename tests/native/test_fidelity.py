@@ -1,0 +1,140 @@
+"""A loaded module's objects are the objects this version's own unmarshal
+would produce: same adaptive bytecode, never freed, and (3.12+) the
+per-process state init_code gives a new code object: a fresh co_version
+from the interpreter's counter and a PY_CODE_EVENT_CREATE for the code
+watchers.  Each test compares what the running version has (checked with
+ctypes, since Python does not expose these fields)."""
+
+import ctypes
+import marshal
+import sys
+import types
+
+import pytest
+
+from test_archive import all_codes, archive_of
+
+SRC = '''
+import os
+def outer(a, b=2, *args, k=3, **kw):
+    def inner(x):
+        return x + a
+    for i in range(3):
+        a += i
+    return inner
+class C:
+    def m(self):
+        return [v * 2 for v in (1, 2, 3)]
+    async def am(self):
+        return 1
+NOT_NAME = "not an identifier!"
+'''
+
+HAS_CODE_VERSION = sys.version_info >= (3, 12)   # Include/cpython/code.h
+
+
+def adaptive_bytes(co):
+    """The inline bytecode (co_code_adaptive) of code object co."""
+    return ctypes.string_at(id(co) + type(co).__basicsize__,
+                            len(co.co_code))
+
+
+@pytest.fixture
+def loaded(tmp_path):
+    code = compile(SRC, "/v/fid.py", "exec")
+    index, arch = archive_of({"fid": code}, tmp_path)
+    return code, arch, index.lookup("fid")
+
+
+@pytest.mark.skipif(types.CodeType.__itemsize__ == 0,
+                    reason="3.10 keeps bytecode in a bytes object, not inline")
+def test_adaptive_bytecode_is_a_fresh_unmarshal(loaded):
+    code, arch, entry = loaded
+    got = arch.load(entry)
+    fresh = marshal.loads(marshal.dumps(code))
+    for g, f in zip(all_codes(got), all_codes(fresh), strict=True):
+        assert adaptive_bytes(g) == adaptive_bytes(f), g.co_name
+
+
+def test_archived_objects_are_never_freed(loaded):
+    code, arch, entry = loaded
+    got = arch.load(entry)
+    ns = {}
+    exec(got, ns)
+    # 3.12+: the immortal count (PEP 683); 3.10/3.11: one no program reaches.
+    for obj in (got, got.co_consts, ns["NOT_NAME"], got.co_linetable):
+        assert sys.getrefcount(obj) >= 2 ** 32 - 1, obj
+
+
+def codes_inner_first(co):
+    """Code objects reachable from co, each after its constants (the
+    order in which unmarshal creates them)."""
+    for c in co.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from codes_inner_first(c)
+    yield co
+
+
+def _u32(addr):
+    return ctypes.c_uint32.from_address(addr).value
+
+
+def code_version_offset():
+    """Offset of co_version, found as the one 32-bit field that counts up
+    by one per new code object (init_code draws it from a counter)."""
+    cs = [compile(f"x = {i}", "/v/n.py", "exec") for i in range(3)]
+    size = types.CodeType.__basicsize__
+    hits = [off for off in range(16, size - 3, 4)
+            if _u32(id(cs[1]) + off) == _u32(id(cs[0]) + off) + 1
+            and _u32(id(cs[2]) + off) == _u32(id(cs[1]) + off) + 1]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+@pytest.mark.skipif(not HAS_CODE_VERSION, reason="co_version is new in 3.12")
+def test_code_versions_are_drawn_at_load(loaded):
+    code, arch, entry = loaded
+    off = code_version_offset()
+    before = compile("pass", "/v/b.py", "exec")
+    got = arch.load(entry)
+    after = compile("pass", "/v/a.py", "exec")
+    versions = [_u32(id(c) + off) for c in codes_inner_first(got)]
+    lo, hi = _u32(id(before) + off), _u32(id(after) + off)
+    # Unique in the process (functions take it as func_version, the guard
+    # of specialised calls), drawn in unmarshal's order: constants first.
+    assert sorted(versions) == versions
+    assert all(lo < v < hi for v in versions), (lo, versions, hi)
+    assert len(set(versions)) == len(versions)
+    ns = {}
+    exec(got, ns)
+    inner = ns["outer"](1)
+    assert inner(1) == 5 and ns["C"]().m() == [2, 4, 6]
+
+
+@pytest.mark.skipif(not HAS_CODE_VERSION, reason="code watchers are new in 3.12")
+def test_code_watchers_see_each_loaded_code_object(loaded):
+    code, arch, entry = loaded
+    created = []
+    callback_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.py_object)
+
+    def on_event(event, co):
+        if event == 0:          # PY_CODE_EVENT_CREATE
+            created.append(co)
+        return 0
+
+    callback = callback_type(on_event)
+    add = ctypes.pythonapi.PyCode_AddWatcher
+    add.argtypes, add.restype = [callback_type], ctypes.c_int
+    clear = ctypes.pythonapi.PyCode_ClearWatcher
+    clear.argtypes, clear.restype = [ctypes.c_int], ctypes.c_int
+    watcher = add(callback)
+    assert watcher >= 0
+    try:
+        got = arch.load(entry)
+        again = arch.load(entry)
+    finally:
+        assert clear(watcher) == 0
+    assert again is got
+    loaded_codes = list(all_codes(got))
+    assert len(created) == len(loaded_codes)
+    assert all(any(c is x for x in loaded_codes) for c in created)
