@@ -18,6 +18,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VERSION = "0.1.0"
 
 SOURCES = ["errors.c", "hash.c", "image.c", "layout.c", "writer.c", "loader.c"]
+HEADERS = ["pycds_native.h", "pycds_internal.h", "layout/layout_310.h",
+           "layout/layout_311.h", "layout/layout_312.h", "layout/layout_313.h"]
 
 
 def compile_args(platform=sys.platform):
@@ -48,6 +50,9 @@ ffibuilder.set_source(
     '#include "pycds_native.h"',
     sources=[os.path.relpath(os.path.join(HERE, s)) for s in SOURCES],
     include_dirs=[HERE],
+    # setuptools rebuilds when these change (a stale build would keep an
+    # old object layout).
+    depends=[os.path.relpath(os.path.join(HERE, h)) for h in HEADERS],
     define_macros=[
         ("_CFFI_NO_LIMITED_API", None),
         ("PYCDS_BUILD_VERSION", '"%s"' % VERSION),

@@ -372,23 +372,22 @@ init_loaded(PyInterpreterState *interp, PyObject *op, int depth)
         return pycds_fail(PYCDS_E_TOODEEP, "constants nested deeper than %d",
                           PYCDS_MAX_DEPTH);
     }
-    if (PyTuple_CheckExact(op)) {
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(op); i++) {
-            int rc = init_loaded(interp, PyTuple_GET_ITEM(op, i), depth + 1);
-            if (rc) {
-                return rc;
-            }
-        }
-        return PYCDS_OK;
-    }
     if (!PyCode_Check(op)) {
         return PYCDS_OK;
     }
+    /* Nested code objects sit directly in co_consts (the compiler and
+     * marshal never put one inside a constant tuple), so only those are
+     * walked: constant tuples can share items (((0,)*2,)*2 ...) and a walk
+     * through them could take exponential time. */
     PyCodeObject *co = (PyCodeObject *)op;
-    int rc = init_loaded(interp, co->co_consts, depth + 1);
-    if (rc) {
-        return rc;
+    PyObject *consts = co->co_consts;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); i++) {
+        int rc = init_loaded(interp, PyTuple_GET_ITEM(consts, i), depth + 1);
+        if (rc) {
+            return rc;
+        }
     }
+    int rc;
     co->co_version = draw_code_version(interp);
     notify_created(interp, co);
     return PYCDS_OK;

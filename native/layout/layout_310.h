@@ -1,0 +1,379 @@
+/* layout_310.h -- CPython 3.10 object layout for archived objects.
+ *
+ * Included by layout.c only.  Sources (3.10 branch): Include/cpython/code.h
+ * (struct PyCodeObject), Include/cpython/unicodeobject.h (PyASCIIObject,
+ * PyCompactUnicodeObject), Include/cpython/bytesobject.h,
+ * Include/longintrepr.h, Include/internal/pycore_gc.h (PyGC_Head) and
+ * Include/internal/pycore_interp.h (the per-interpreter singletons);
+ * Objects/codeobject.c (PyCode_NewWithPosOnlyArgs: co_cell2arg, the fields a
+ * new code object starts with) and Python/marshal.c (r_object: which objects
+ * a .pyc produces).
+ *
+ * What differs from 3.11:
+ *   - 3.10 predates the adaptive interpreter: co_code is an immutable bytes
+ *     object, so a code object that has run can be copied as it is; only its
+ *     per-process state (co_zombieframe, co_weakreflist, co_extra and the
+ *     opcache: co_opcache_map, co_opcache, co_opcache_flag,
+ *     co_opcache_size) is reset to what PyCode_NewWithPosOnlyArgs sets.
+ *   - co_cell2arg is a PyMem-allocated Py_ssize_t[len(co_cellvars)] or NULL;
+ *     it is copied into the chunk as raw data (pycds_w_raw).
+ *   - The shared instances marshal hands out -- small ints (-5..256), the
+ *     empty str and one-character latin-1 strs, the empty tuple and the
+ *     empty bytes -- live in the interpreter state (pycore_interp.h:
+ *     small_ints, unicode.empty_string/latin1, tuple.free_list[0],
+ *     bytes.empty_string), i.e. on the C heap, not in the libpython image.
+ *     They are copied like any object, recorded as SINGLETON, and swapped
+ *     for the interpreter's instance at load, so identity (`x is 0`,
+ *     `() is ()`) is as after unmarshal.  One-byte bytes are not shared by
+ *     unmarshal (PyBytes_FromStringAndSize(NULL, 1) makes a new object) and
+ *     stay copies, even when the compiler handed us its cached instance.
+ *
+ * 3.10 has no immortal objects: archived objects get a reference count so
+ * large that no program brings it to zero (PYCDS_REFCNT), so they are never
+ * deallocated.  Tuples are GC types: they get a zeroed (untracked) PyGC_Head.
+ * Code objects are not GC types in 3.10 (no Py_TPFLAGS_HAVE_GC).
+ */
+#include "internal/pycore_gc.h"
+#include "internal/pycore_interp.h"
+
+#define PYCDS_LAYOUT_NAME "cpython-3.10"
+#define PYCDS_STR2(x) #x
+#define PYCDS_STR(x) PYCDS_STR2(x)
+#define PYCDS_LAYOUT_SIZES                                         \
+    "code=" PYCDS_STR(SIZEOF_VOID_P) "/"                           \
+    "gc=" PYCDS_STR(SIZEOF_VOID_P)
+
+/* This layout has heap-allocated singletons (see above). */
+#define PYCDS_LAYOUT_HEAP_SINGLETONS 1
+
+#define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
+
+/* Fields of PyCodeObject copied with the code object; order matches
+ * Include/cpython/code.h (3.10).  Scalars are copied as they are, object
+ * pointers with their targets; co_cell2arg is raw data (copy_code()).  The
+ * fields not listed are per-process state that a new code object starts
+ * with zeroed (PyCode_NewWithPosOnlyArgs): co_zombieframe, co_weakreflist,
+ * co_extra, co_opcache_map, co_opcache, co_opcache_flag, co_opcache_size. */
+#define PYCDS_CODE_SCALAR_FIELDS(X)                                \
+    X(co_argcount) X(co_posonlyargcount) X(co_kwonlyargcount)      \
+    X(co_nlocals) X(co_stacksize) X(co_flags) X(co_firstlineno)
+#define PYCDS_CODE_PTR_FIELDS(X)                                   \
+    X(co_code) X(co_consts) X(co_names) X(co_varnames)             \
+    X(co_freevars) X(co_cellvars) X(co_filename) X(co_name)        \
+    X(co_linetable)
+
+static void
+set_refcnt(pycds_writer *w, uint64_t off)
+{
+    PyObject *copy = (PyObject *)pycds_w_at(w, off);
+    copy->ob_refcnt = PYCDS_REFCNT;
+}
+
+static int
+copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    if (!PyUnicode_IS_READY(op) || !PyUnicode_IS_COMPACT(op)) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED, "str is not in compact form");
+    }
+    Py_ssize_t len = PyUnicode_GET_LENGTH(op);
+    size_t size;
+    if (PyUnicode_IS_ASCII(op)) {
+        size = sizeof(PyASCIIObject) + (size_t)len + 1;
+    }
+    else {
+        size = sizeof(PyCompactUnicodeObject)
+               + ((size_t)len + 1) * PyUnicode_KIND(op);
+    }
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, *off);
+    a->hash = -1;
+    /* PyUnicode_New sets the state bit-fields one by one and never writes
+     * the unnamed 24 bits nor the padding up to wstr: rebuild the state in
+     * zeroed memory, so the archive holds no uninitialised bytes.  interned
+     * stays 0 (SSTATE_NOT_INTERNED). */
+    unsigned int kind = a->state.kind, compact = a->state.compact;
+    unsigned int ascii = a->state.ascii, ready = a->state.ready;
+    memset((char *)a + offsetof(PyASCIIObject, state), 0,
+           offsetof(PyASCIIObject, wstr) - offsetof(PyASCIIObject, state));
+    a->state.kind = kind;
+    a->state.compact = compact;
+    a->state.ascii = ascii;
+    a->state.ready = ready;
+    /* wstr (and, for non-ASCII, the utf8 cache) are filled on demand with
+     * PyMem buffers; a fresh str has neither. */
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    a->wstr = NULL;
+    if (!PyUnicode_IS_ASCII(op)) {
+        PyCompactUnicodeObject *c = (PyCompactUnicodeObject *)a;
+        c->utf8 = NULL;
+        c->utf8_length = 0;
+        c->wstr_length = 0;
+    }
+    _Py_COMP_DIAG_POP
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    size_t size = offsetof(PyBytesObject, ob_sval) + (size_t)Py_SIZE(op) + 1;
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    ((PyBytesObject *)pycds_w_at(w, *off))->ob_shash = -1;
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    Py_ssize_t n = Py_SIZE(op) < 0 ? -Py_SIZE(op) : Py_SIZE(op);
+    size_t size = offsetof(PyLongObject, ob_digit)
+                  + sizeof(digit) * (size_t)(n > 0 ? n : 1);
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    if (n == 0) {
+        /* 0 has room for one digit that _PyLong_New leaves unwritten. */
+        ((PyLongObject *)pycds_w_at(w, *off))->ob_digit[0] = 0;
+    }
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_fixed(pycds_writer *w, PyObject *op, size_t size, uint64_t *off)
+{
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    return copy_type_slot(w, *off, op);
+}
+
+static int
+copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(op);
+    size_t size = _PyObject_VAR_SIZE(&PyTuple_Type, n);
+    int rc = copy_raw(w, op, size, sizeof(PyGC_Head), off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    rc = copy_type_slot(w, *off, op);
+    for (Py_ssize_t i = 0; rc == PYCDS_OK && i < n; i++) {
+        rc = pycds_w_slot(w, *off + offsetof(PyTupleObject, ob_item)
+                                 + (size_t)i * sizeof(PyObject *),
+                          PyTuple_GET_ITEM(op, i), depth);
+    }
+    return rc;
+}
+
+static int
+copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    PyCodeObject *src = (PyCodeObject *)op;
+    if (Py_TYPE(op)->tp_basicsize != (Py_ssize_t)sizeof(PyCodeObject)) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED,
+                          "code objects are %zd bytes, this layout expects %zu",
+                          Py_TYPE(op)->tp_basicsize, sizeof(PyCodeObject));
+    }
+    /* Field by field into zeroed memory (pycds_w_alloc): the per-process
+     * state starts as PyCode_NewWithPosOnlyArgs (Objects/codeobject.c,
+     * 3.10) sets it, and no padding byte comes from the source. */
+    int rc = pycds_w_alloc(w, sizeof(PyCodeObject), off);
+    if (rc) {
+        return rc;
+    }
+    PyCodeObject *c = (PyCodeObject *)pycds_w_at(w, *off);
+    c->ob_base.ob_refcnt = PYCDS_REFCNT;
+#define COPY_SCALAR(f) c->f = src->f;
+    PYCDS_CODE_SCALAR_FIELDS(COPY_SCALAR)
+#undef COPY_SCALAR
+    rc = copy_type_slot(w, *off, op);
+#define COPY_FIELD(f)                                                   \
+    if (rc == PYCDS_OK) {                                               \
+        rc = pycds_w_slot(w, *off + offsetof(PyCodeObject, f),          \
+                          src->f, depth);                               \
+    }
+    PYCDS_CODE_PTR_FIELDS(COPY_FIELD)
+#undef COPY_FIELD
+    if (rc == PYCDS_OK && src->co_cell2arg != NULL) {
+        /* Py_ssize_t[len(co_cellvars)]: the argument index of each cell
+         * variable, or CO_CELL_NOT_AN_ARG. */
+        if (!PyTuple_Check(src->co_cellvars)) {
+            return pycds_fail(PYCDS_E_UNSUPPORTED,
+                              "co_cell2arg without a co_cellvars tuple");
+        }
+        size_t n = (size_t)PyTuple_GET_SIZE(src->co_cellvars);
+        rc = pycds_w_raw(w, *off + offsetof(PyCodeObject, co_cell2arg),
+                         src->co_cell2arg, n * sizeof(Py_ssize_t));
+    }
+    return rc;
+}
+
+int
+pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    if (PyUnicode_CheckExact(op)) {
+        return copy_str(w, op, off);
+    }
+    if (PyBytes_CheckExact(op)) {
+        return copy_bytes(w, op, off);
+    }
+    if (PyLong_CheckExact(op)) {
+        return copy_long(w, op, off);
+    }
+    if (PyFloat_CheckExact(op)) {
+        return copy_fixed(w, op, sizeof(PyFloatObject), off);
+    }
+    if (PyComplex_CheckExact(op)) {
+        return copy_fixed(w, op, sizeof(PyComplexObject), off);
+    }
+    if (PyTuple_CheckExact(op)) {
+        return copy_tuple(w, op, depth, off);
+    }
+    if (PyCode_Check(op)) {
+        return copy_code(w, op, depth, off);
+    }
+    return unsupported(op);
+}
+
+/* ---- shared instances ---------------------------------------------------
+ *
+ * marshal.c (3.10) r_object builds ints with PyLong_FromLong (TYPE_INT),
+ * strs with PyUnicode_FromKindAndData / PyUnicode_DecodeUTF8 (both return
+ * unicode_new_empty() or get_latin1_char() for length 0 or 1), tuples with
+ * PyTuple_New (the empty tuple is free_list[0]) and bytes with
+ * PyBytes_FromStringAndSize(NULL, n) (the empty bytes for n == 0, a new
+ * object otherwise).  Those constructors are what the load side calls. */
+
+/* Value of an int in the small-int range, or 0 with *in_range unset. */
+static long
+small_int_value(PyObject *op, int *in_range)
+{
+    *in_range = 0;
+    Py_ssize_t size = Py_SIZE(op);
+    if (size < -1 || size > 1) {
+        return 0;
+    }
+    long v = size == 0 ? 0
+             : (size < 0 ? -(long)((PyLongObject *)op)->ob_digit[0]
+                         : (long)((PyLongObject *)op)->ob_digit[0]);
+    *in_range = v >= -_PY_NSMALLNEGINTS && v < _PY_NSMALLPOSINTS;
+    return v;
+}
+
+/* Nonzero if str op is one marshal gives as a shared instance. */
+static int
+str_is_shared(PyObject *op)
+{
+    if (!PyUnicode_IS_READY(op)) {
+        return 0;
+    }
+    Py_ssize_t len = PyUnicode_GET_LENGTH(op);
+    return len == 0 || (len == 1 && PyUnicode_READ_CHAR(op, 0) < 256);
+}
+
+int
+pycds_layout_heap_singleton(PyObject *op)
+{
+    if (PyLong_CheckExact(op)) {
+        int in_range;
+        (void)small_int_value(op, &in_range);
+        return in_range;
+    }
+    if (PyUnicode_CheckExact(op)) {
+        return str_is_shared(op);
+    }
+    if (PyTuple_CheckExact(op)) {
+        return PyTuple_GET_SIZE(op) == 0;
+    }
+    if (PyBytes_CheckExact(op)) {
+        return PyBytes_GET_SIZE(op) == 0;
+    }
+    return 0;
+}
+
+/* The interpreter's shared instance equal to the archived copy op (a new
+ * reference), as the 3.10 constructors marshal uses return it; NULL with
+ * a Python exception set, or NULL without one if op is not such a value. */
+static PyObject *
+shared_instance(PyObject *op)
+{
+    if (PyLong_CheckExact(op)) {
+        int in_range;
+        long v = small_int_value(op, &in_range);
+        return in_range ? PyLong_FromLong(v) : NULL;
+    }
+    if (PyUnicode_CheckExact(op) && str_is_shared(op)) {
+        if (PyUnicode_GET_LENGTH(op) == 0) {
+            return PyUnicode_New(0, 0);
+        }
+        return PyUnicode_FromOrdinal((int)PyUnicode_READ_CHAR(op, 0));
+    }
+    if (PyTuple_CheckExact(op) && PyTuple_GET_SIZE(op) == 0) {
+        return PyTuple_New(0);
+    }
+    if (PyBytes_CheckExact(op) && PyBytes_GET_SIZE(op) == 0) {
+        return PyBytes_FromStringAndSize(NULL, 0);
+    }
+    return NULL;
+}
+
+int
+pycds_layout_use_singleton(PyObject **slot)
+{
+    PyObject *copy = *slot;
+    PyObject *shared = shared_instance(copy);
+    if (shared == NULL) {
+        if (PyErr_Occurred()) {
+            return pycds_fail_python("looking up a shared instance");
+        }
+        return pycds_fail(PYCDS_E_CORRUPT,
+                          "SINGLETON slot holds a %.100s that has no shared "
+                          "instance", Py_TYPE(copy)->tp_name);
+    }
+    /* The reference is the archive's for good, as marshal's would be the
+     * code object's; the copy stays unused in the chunk. */
+    *slot = shared;
+    return PYCDS_OK;
+}
+
+int
+pycds_layout_str_interned(PyObject *op)
+{
+    return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
+}
+
+int
+pycds_layout_intern(PyObject **slot)
+{
+    /* As marshal does for TYPE_*_INTERNED: build the str (which gives the
+     * shared instance for the empty and one-character latin-1 strs), then
+     * PyUnicode_InternInPlace it.  The heap copy has a huge reference count
+     * and is never freed, so the reference InternInPlace drops (if an equal
+     * string is already interned) or takes over (if the copy becomes the
+     * interned one) is harmless; the slot then holds the interned string. */
+    if (str_is_shared(*slot)) {
+        int rc = pycds_layout_use_singleton(slot);
+        if (rc) {
+            return rc;
+        }
+    }
+    PyUnicode_InternInPlace(slot);
+    if (PyErr_Occurred()) {
+        return pycds_fail_python("interning a string");
+    }
+    return PYCDS_OK;
+}
