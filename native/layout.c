@@ -88,6 +88,17 @@ pycds_layout_after_load(PyObject *root)
 }
 #endif
 
+#ifndef PYCDS_LAYOUT_CHECKS_OBJECTS
+/* Layouts that do not check object fields beyond the loader's structural
+ * check (types, bounds, pointers). */
+int
+pycds_layout_check_object(PyObject *op)
+{
+    (void)op;
+    return PYCDS_OK;
+}
+#endif
+
 /* Facts every layout shares: the offsets of the static objects an archive
  * may point at, from the anchor.  Same build id => same offsets, but the
  * offsets also catch a rebuilt interpreter without a build id. */

@@ -53,6 +53,7 @@ struct pycds_archive {
     uint64_t (*spans)[2];     /* heap ranges [start, end) read so far */
     size_t nspans, spancap;
     PyObject **roots;         /* per module: its code object once loaded */
+    int verify;               /* run verify_chunk() on every load */
 };
 
 static int
@@ -203,32 +204,76 @@ apply_relocations(pycds_archive *a, uint8_t *chunk, uint64_t len,
     return PYCDS_OK;
 }
 
+/* Results of re-interning, by the chunk's string: a name referenced from many
+ * slots (co_names of every function, say) is looked up in the interpreter's
+ * interned set once per load, not once per slot. */
+typedef struct {
+    PyObject *from, *to;
+} intern_memo;
+
+static int
+intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
+{
+    if (memo == NULL) {
+        return pycds_layout_intern(slot);
+    }
+    PyObject *from = *slot;
+    size_t i = (size_t)(((uintptr_t)from >> 3) * (uintptr_t)0x9E3779B97F4A7C15ULL >> 20) & mask;
+    while (memo[i].from != NULL) {
+        if (memo[i].from == from) {
+            /* Each slot owns a reference, as after pycds_layout_intern(). */
+            Py_INCREF(memo[i].to);
+            *slot = memo[i].to;
+            return PYCDS_OK;
+        }
+        i = (i + 1) & mask;
+    }
+    int rc = pycds_layout_intern(slot);
+    if (rc == PYCDS_OK) {
+        memo[i].from = from;
+        memo[i].to = *slot;
+    }
+    return rc;
+}
+
 static int
 fixup_objects(uint8_t *chunk, const uint32_t *rel, uint64_t n)
 {
+    size_t ninterned = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        ninterned += (rel[i] & 7u) == PYCDS_RELOC_INTERN;
+    }
+    size_t cap = 16;
+    while (cap < 2 * ninterned) {
+        cap *= 2;
+    }
+    /* Without memory for the memo, intern slot by slot: same result. */
+    intern_memo *memo = ninterned > 1 ? calloc(cap, sizeof(intern_memo)) : NULL;
+    int rc = PYCDS_OK;
     /* Strings and shared instances first: a frozenset must be built from
      * the very objects a fresh unmarshal would give it. */
-    for (uint64_t i = 0; i < n; i++) {
+    for (uint64_t i = 0; rc == PYCDS_OK && i < n; i++) {
         int kind = (int)(rel[i] & 7u);
         if (kind == PYCDS_RELOC_INTERN || kind == PYCDS_RELOC_SINGLETON) {
             PyObject **slot = (PyObject **)(chunk + (rel[i] & ~(uint32_t)7u));
             if (!pycds_image_contains(Py_TYPE(*slot), sizeof(PyTypeObject))) {
-                return pycds_fail(PYCDS_E_CORRUPT, "slot target has no static type");
+                rc = pycds_fail(PYCDS_E_CORRUPT, "slot target has no static type");
+                break;
             }
-            int rc;
             if (kind == PYCDS_RELOC_SINGLETON) {
                 rc = pycds_layout_use_singleton(slot);
             }
             else if (!PyUnicode_CheckExact(*slot)) {
-                return pycds_fail(PYCDS_E_CORRUPT, "INTERN slot is not a str");
+                rc = pycds_fail(PYCDS_E_CORRUPT, "INTERN slot is not a str");
             }
             else {
-                rc = pycds_layout_intern(slot);
-            }
-            if (rc) {
-                return rc;
+                rc = intern_cached(memo, cap - 1, slot);
             }
         }
+    }
+    free(memo);
+    if (rc) {
+        return rc;
     }
     for (uint64_t i = 0; i < n; i++) {
         if ((rel[i] & 7u) == PYCDS_RELOC_FROZENSET) {
@@ -381,16 +426,24 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
         return PYCDS_OK;
     }
     uint64_t off = (uint64_t)((uint8_t *)p - v->chunk);
+    if (off % 8 != 0 || off + sizeof(PyObject) > v->len) {
+        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu is misplaced",
+                          (unsigned long long)off);
+    }
     PyTypeObject *t = Py_TYPE(p);
-    if (off % 8 != 0 || off + sizeof(PyObject) > v->len
-        || t == &PyBool_Type || t == &PyFrozenSet_Type || !is_value_type(t)
-        || t == Py_TYPE(Py_None) || t == Py_TYPE(Py_Ellipsis)
-        || (want != NULL && t != want)) {
+    if (want != NULL && t != want) {
         return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong type",
                           (unsigned long long)off);
     }
     if (v->seen[off / 8]) {
-        return PYCDS_OK;
+        return PYCDS_OK;      /* checked when first reached */
+    }
+    /* The types a chunk holds (layout.c copies no others). */
+    if (!(t == &PyUnicode_Type || t == &PyTuple_Type || t == &PyBytes_Type
+          || t == &PyCode_Type || t == &PyLong_Type || t == &PyFloat_Type
+          || t == &PyComplex_Type)) {
+        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong type",
+                          (unsigned long long)off);
     }
     size_t size = object_size(p, v->len - off);
     if (size == 0) {
@@ -404,6 +457,12 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
         if (off < gc || memcmp(v->chunk + off - gc, zero, gc) != 0) {
             return pycds_fail(PYCDS_E_CORRUPT, "tuple at %llu has a bad GC header",
                               (unsigned long long)off);
+        }
+    }
+    if (t == &PyUnicode_Type) {
+        int rc = pycds_layout_check_object(p);
+        if (rc) {
+            return rc;
         }
     }
     v->seen[off / 8] = 1;
@@ -457,10 +516,11 @@ static int
 verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n,
              uint64_t root_off)
 {
-    verifier v = {chunk, len, calloc(len / 8 + 1, 1), calloc(len / 8 + 1, 1),
+    uint8_t *maps = calloc(2 * (len / 8 + 1), 1);
+    verifier v = {chunk, len, maps, maps ? maps + len / 8 + 1 : NULL,
                   NULL, 0, 0};
     int rc = PYCDS_OK;
-    if (v.slot_kind == NULL || v.seen == NULL) {
+    if (maps == NULL) {
         rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the check maps");
         goto done;
     }
@@ -503,11 +563,13 @@ verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n,
                     rc = check_items(&v, *f, fields[i].item_type);
                 }
             }
+            if (rc == PYCDS_OK) {
+                rc = pycds_layout_check_object(op);
+            }
         }
     }
 done:
-    free(v.slot_kind);
-    free(v.seen);
+    free(maps);
     free(v.stack);
     return rc;
 }
@@ -566,7 +628,7 @@ load_chunk(pycds_archive *a, const pycds_chunk_info *c, PyObject **root)
     if (rc == PYCDS_OK) {
         rc = apply_relocations(a, chunk, c->chunk_len, rel, c->reloc_count);
     }
-    if (rc == PYCDS_OK) {
+    if (rc == PYCDS_OK && a->verify) {
         rc = verify_chunk(chunk, c->chunk_len, rel, c->reloc_count, c->root_off);
     }
     if (rc == PYCDS_OK) {
@@ -629,6 +691,16 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no,
 done:
     PyGILState_Release(g);
     return rc;
+}
+
+int
+pycds_archive_set_verify(pycds_archive *a, int on)
+{
+    if (a == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "no archive");
+    }
+    a->verify = on != 0;
+    return PYCDS_OK;
 }
 
 int

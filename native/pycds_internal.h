@@ -84,5 +84,9 @@ typedef struct {
     PyTypeObject *item_type;  /* tuples: exact type of every item, or NULL */
 } pycds_code_field;
 size_t pycds_layout_code_fields(const pycds_code_field **out);
+/* At load, after the structural check: 0 if op's fields are what a fresh
+ * unmarshal could produce (3.11: code object counts, reset caches), else
+ * PYCDS_E_CORRUPT.  Layouts without the check get layout.c's default. */
+int pycds_layout_check_object(PyObject *op);
 
 #endif /* PYCDS_INTERNAL_H */

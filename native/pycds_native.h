@@ -101,6 +101,11 @@ int pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
  * the module's code object to the list `out_list` (a new reference). */
 int pycds_archive_load(pycds_archive *a, uint32_t module_no,
                        const pycds_chunk_info *chunk, uintptr_t out_list);
+/* Turn the deep structural check of every loaded chunk (verify_chunk in
+ * loader.c) on or off (default off).  Checksums and relocation bounds are
+ * always checked; the deep check guards against re-signed, crafted archives
+ * at about a quarter of the load's cost. */
+int pycds_archive_set_verify(pycds_archive *a, int on);
 int pycds_archive_close(pycds_archive *a);
 
 #endif /* PYCDS_NATIVE_H */

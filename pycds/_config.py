@@ -10,6 +10,8 @@
 ``PYCDSCHECK``     source validation: ``mtime`` (default: mtime and size, as
                    timestamp .pyc files), ``hash`` (source hash, as PEP 552
                    checked pycs) or ``unchecked`` (immutable deployments).
+``PYCDSVERIFY``    ``1``: also check every loaded chunk's object structure
+                   (against crafted, re-signed archives); default ``0``.
 =================  =========================================================
 
 Under ``-E`` or ``-I`` (``sys.flags.ignore_environment``) pycds stays off, so
@@ -41,11 +43,13 @@ CHECKS = ("mtime", "hash", "unchecked")
 class Config:
     """Parsed settings.  ``problems`` lists messages for bad values."""
 
-    __slots__ = ("mode", "archive", "listfile", "verbose", "check", "problems")
+    __slots__ = ("mode", "archive", "listfile", "verbose", "check", "verify",
+                 "problems")
 
     def __init__(self, mode=MODE_OFF, archive="", listfile="", verbose=0,
-                 check="mtime", problems=()):
+                 check="mtime", problems=(), verify=False):
         self.mode = mode
+        self.verify = verify
         self.archive = archive
         self.listfile = listfile
         self.verbose = verbose
@@ -82,11 +86,15 @@ def from_environ(environ=None, flags=None):
         problems.append(f"PYCDSCHECK={check!r} is not one of "
                         f"{', '.join(CHECKS)}; using mtime")
         check = "mtime"
+    rawverify = environ.get("PYCDSVERIFY", "0").strip() or "0"
+    verify = rawverify == "1"
+    if rawverify not in ("0", "1"):
+        problems.append(f"PYCDSVERIFY={rawverify!r} is not 0 or 1; using 0")
     archive = environ.get("PYCDSARCHIVE", "")
     if not archive and mode in (MODE_DUMP, MODE_SHARE):
         archive = default_archive_path(environ)
     listfile = environ.get("PYCDSLIST", "") or "pycds.lst"
-    return Config(mode, archive, listfile, verbose, check, problems)
+    return Config(mode, archive, listfile, verbose, check, problems, verify)
 
 
 # ---- the default archive path --------------------------------------------

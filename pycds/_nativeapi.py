@@ -80,13 +80,14 @@ class Writer:
 class NativeArchive:
     """A mapped archive heap from which modules are loaded once each."""
 
-    def __init__(self, fd, header, layout):
+    def __init__(self, fd, header, layout, verify=False):
         out = ffi.new("pycds_archive **")
         _check(lib.pycds_archive_open(
             fd, header.heap_off, header.heap_len, header.reloc_off,
             header.reloc_count, header.nmodules, header.archive_id,
             layout.encode(), out), "open")
         self._a = out[0]
+        _check(lib.pycds_archive_set_verify(self._a, bool(verify)), "verify")
         self._info = ffi.new("pycds_chunk_info *")
 
     def load(self, entry):

@@ -60,9 +60,10 @@ def _fallback(name, reason):
 class _Archive:
     """An opened archive: the index now, the native mapping on first use."""
 
-    def __init__(self, index, check):
+    def __init__(self, index, check, verify=False):
         self.index = index
         self.check = check
+        self.verify = verify
         self.path = index.path
         self.disabled = False
         self._native = None
@@ -82,7 +83,8 @@ class _Archive:
             if self._native is None:
                 from . import _nativeapi as N
                 self._native = N.NativeArchive(self.index.fd, self.index.header,
-                                               self.index.meta.get("layout", ""))
+                                               self.index.meta.get("layout", ""),
+                                               self.verify)
             code = self._native.load(entry)
         except Exception as e:
             code = getattr(e, "code", 0)
@@ -236,7 +238,7 @@ def install(config):
     except F.FormatError as e:
         _log.warning(f"archive {config.archive} ignored: {e}")
         return None
-    finder = CDSFinder(_Archive(index, config.check))
+    finder = CDSFinder(_Archive(index, config.check, config.verify))
     meta_path = sys.meta_path
     try:
         at = meta_path.index(PathFinder)

@@ -238,3 +238,81 @@ pycds_layout_intern(PyObject **slot)
     }
     return PYCDS_OK;
 }
+
+/* ---- load-time check of what marshal would have validated --------------
+ *
+ * The loader's structural check (loader.c, verify_chunk) proves types and
+ * bounds; this proves the fields marshal.c never reads from a .pyc but
+ * computes, and those codeobject.c's _PyCode_Validate() rejects, so that a
+ * re-signed archive cannot hand CPython a code object no .pyc could give
+ * it: argument counts, the local/cell/free counts init_code() derives from
+ * co_localspluskinds (3.11 sizes frames from co_nlocalsplus + co_stacksize:
+ * _PyFrame_NumSlotsForCodeObject), and the per-process pointers copy_code()
+ * resets.  For str: the cached UTF-8 and wchar_t pointers copy_str() resets.
+ * op has passed the structural check (its pointer fields are valid). */
+#define PYCDS_LAYOUT_CHECKS_OBJECTS 1
+
+int
+pycds_layout_check_object(PyObject *op)
+{
+    if (PyUnicode_CheckExact(op)) {
+        PyASCIIObject *a = (PyASCIIObject *)op;
+        _Py_COMP_DIAG_PUSH
+        _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+        if (a->wstr != NULL || a->state.interned != SSTATE_NOT_INTERNED
+            || (!a->state.ascii
+                && ((PyCompactUnicodeObject *)op)->utf8 != NULL)) {
+            return pycds_fail(PYCDS_E_CORRUPT, "str with per-process state");
+        }
+        _Py_COMP_DIAG_POP
+        return PYCDS_OK;
+    }
+    if (!PyCode_Check(op)) {
+        return PYCDS_OK;
+    }
+    PyCodeObject *co = (PyCodeObject *)op;
+    if (co->co_weakreflist != NULL || co->_co_code != NULL
+        || co->_co_linearray != NULL || co->co_extra != NULL) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object with per-process state");
+    }
+    if (co->co_argcount < co->co_posonlyargcount || co->co_posonlyargcount < 0
+        || co->co_kwonlyargcount < 0 || co->co_stacksize < 0
+        || co->co_flags < 0 || co->co_firstlineno < 0 || Py_SIZE(co) < 1
+        || co->_co_firsttraceable < 0 || co->_co_firsttraceable > Py_SIZE(co)) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object with bad counts");
+    }
+    /* As init_code() / get_localsplus_counts() derive them. */
+    Py_ssize_t n = PyTuple_GET_SIZE(co->co_localsplusnames);
+    if (co->co_nlocalsplus != n
+        || PyBytes_GET_SIZE(co->co_localspluskinds) != n) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object locals do not match");
+    }
+    const unsigned char *kinds =
+        (const unsigned char *)PyBytes_AS_STRING(co->co_localspluskinds);
+    int nlocals = 0, ncells = 0, nplain = 0, nfree = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (kinds[i] & CO_FAST_LOCAL) {
+            nlocals++;
+            if (kinds[i] & CO_FAST_CELL) {
+                ncells++;
+            }
+        }
+        else if (kinds[i] & CO_FAST_CELL) {
+            ncells++;
+            nplain++;
+        }
+        else if (kinds[i] & CO_FAST_FREE) {
+            nfree++;
+        }
+    }
+    long long nargs = (long long)co->co_argcount + co->co_kwonlyargcount
+                      + ((co->co_flags & CO_VARARGS) != 0)
+                      + ((co->co_flags & CO_VARKEYWORDS) != 0);
+    if (co->co_nlocals != nlocals || co->co_ncellvars != ncells
+        || co->co_nplaincellvars != nplain || co->co_nfreevars != nfree
+        || nargs > nlocals) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object counts do not match "
+                          "its locals");
+    }
+    return PYCDS_OK;
+}

@@ -387,7 +387,6 @@ init_loaded(PyInterpreterState *interp, PyObject *op, int depth)
             return rc;
         }
     }
-    int rc;
     co->co_version = draw_code_version(interp);
     notify_created(interp, co);
     return PYCDS_OK;

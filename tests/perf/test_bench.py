@@ -1,0 +1,63 @@
+"""pycds.bench: the report arithmetic, and one real (small) run end to end.
+
+The benchmark's numbers are not asserted (they are ratios measured on a
+shared machine, see docs/performance.md); what is asserted is that every
+variant really ran, that ratios are medians of per-rep ratios, and that the
+hook never imports the benchmark module.
+"""
+
+import os
+import subprocess
+import sys
+
+from pycds import bench
+
+from conftest import clean_env
+
+
+class TestArithmetic:
+    def test_ratio_is_median_of_pairwise_ratios(self):
+        # Pairwise: 1/2, 4/2, 9/3 -> median 2.0 (the ratio of medians
+        # would be 4/2 = 2.0 too; make them differ).
+        assert bench._ratio([1, 4, 9], [2, 2, 3]) == 2.0
+        assert bench._ratio([10, 1, 1], [1, 10, 10]) == 0.1
+
+    def test_report_tables(self):
+        runs = {"baseline": [(10.0, 9.0)] * 3, "pycds": [(8.0, 7.0)] * 3,
+                "ideal": [(5.0, 4.0)] * 3}
+        results = {"machine": {"platform": "p", "cpus": 2, "python": "3.x",
+                               "date": "d", "loadavg": ["1", "1", "1"]},
+                   "sections": {"inproc": {"json": runs}}}
+        text = bench.report(results)
+        row = [line for line in text.splitlines() if line.startswith("| json")][0]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1:4] == ["10.0 (9.0)", "8.0 (7.0)", "5.0 (4.0)"]
+        assert cells[4] == "1.600 (1.750)"      # pycds/ideal
+        assert cells[5] == "0.800 (0.778)"      # pycds/baseline
+
+
+class TestRun:
+    def test_inproc_json_one_rep(self, tmp_path):
+        out = subprocess.run(
+            [sys.executable, "-m", "pycds.bench", "--sections", "inproc",
+             "--workloads", "json", "--reps", "1", "--json",
+             str(tmp_path / "r.json")],
+            cwd=str(tmp_path), env=clean_env(), capture_output=True, text=True,
+            timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        import json
+        with open(tmp_path / "r.json") as f:
+            r = json.load(f)["sections"]["inproc"]["json"]
+        for variant in ("baseline", "pycds", "ideal"):
+            (wall, cpu), = r[variant]
+            assert wall > 0 and cpu > 0, (variant, r)
+        assert "| json |" in out.stdout
+
+    def test_hook_does_not_import_bench(self, tmp_path):
+        out = subprocess.run(
+            [sys.executable, "-c", "import sys, json; print('pycds.bench' in sys.modules)"],
+            cwd=str(tmp_path), env=clean_env(PYCDSMODE="SHARE",
+                                             PYCDSARCHIVE=str(tmp_path / "none.img")),
+            capture_output=True, text=True, timeout=60)
+        assert out.stdout.strip() == "False", out
+        assert not os.path.exists(tmp_path / "none.img")

@@ -1,0 +1,285 @@
+"""Issue 3, part 1 and 2: bad and foreign archives.
+
+Each bad archive must leave the program exactly as plain Python runs it
+(stdout, exit code) with exactly one line
+``[pycds] warning: archive <path> ignored: <reason>`` on stderr.  Damage is
+placed in the parts the program uses (its modules' index entries, heap
+chunks and relocation entries), so the lazy per-module checks are reached.
+"""
+
+import marshal
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import Run, clean_env
+from _rel import archive_dir, base_archive, fuzz_archive, refused, share  # noqa: F401
+
+F = fuzz_archive.F
+
+
+def _write(path, data, mode=0o644):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode)
+    return str(path)
+
+
+def _sections(data):
+    return fuzz_archive._sections(data)
+
+
+def _used_entry(data, name="fuzzpkg.shapes"):
+    return fuzz_archive.entry_of(fuzz_archive.Model(data), name)
+
+
+def _flip(data, pos, bit=0):
+    b = bytearray(data)
+    b[pos] ^= 1 << bit
+    return bytes(b)
+
+
+class TestTruncated:
+    @pytest.mark.parametrize("where", ["0", "1", "header-1", "header", "meta",
+                                       "entries", "heap-start", "heap-mid",
+                                       "relocs", "last-byte"])
+    def test_truncated(self, base_archive, archive_dir, where):
+        work, _, data, plain, _ = base_archive
+        s = _sections(data)
+        cut = {"0": 0, "1": 1, "header-1": F.HEADER_SIZE - 1,
+               "header": F.HEADER_SIZE, "meta": s["meta"][0] + 3,
+               "entries": s["entries"][0] + s["entries"][1] // 2,
+               "heap-start": s["heap"][0],
+               "heap-mid": s["heap"][0] + s["heap"][1] // 2,
+               "relocs": s["relocs"][0] + 4, "last-byte": len(data) - 1}[where]
+        path = _write(archive_dir / "t.img", data[:cut])
+        reason = refused(share(work, path), plain, path)
+        assert "truncated" in reason or "shorter than a header" in reason
+
+    def test_appended(self, base_archive, archive_dir):
+        work, _, data, plain, _ = base_archive
+        path = _write(archive_dir / "t.img", data + b"\0" * 10)
+        assert "appended" in refused(share(work, path), plain, path)
+
+
+class TestBitFlips:
+    """One flipped bit in each part the program uses."""
+
+    def _positions(self, data):
+        s = _sections(data)
+        m = fuzz_archive.Model(data)
+        e = fuzz_archive.entry_of(m, "fuzzpkg.shapes")
+        j = fuzz_archive.entry_of(m, "json")
+        return {
+            "header-magic": 3,
+            "header-field": 41,          # meta_off
+            "header-reserved": 200,
+            "header-sum": 250,
+            "meta": s["meta"][0] + s["meta"][1] // 2,
+            "buckets": s["buckets"][0] + 5,
+            "heap-chunk-start": s["heap"][0] + e.chunk_off + 1,
+            "heap-chunk-end": s["heap"][0] + e.chunk_off + e.chunk_len - 3,
+            "heap-json-middle": s["heap"][0] + j.chunk_off + j.chunk_len // 2,
+            "relocs-used": s["relocs"][0] + 4 * (e.reloc_first + e.reloc_count // 2) + 1,
+            "relocs-kind-bits": s["relocs"][0] + 4 * j.reloc_first,
+        }
+
+    @pytest.mark.parametrize("part", [
+        "header-magic", "header-field", "header-reserved", "header-sum", "meta",
+        "buckets", "heap-chunk-start", "heap-chunk-end", "heap-json-middle",
+        "relocs-used", "relocs-kind-bits"])
+    def test_flip(self, base_archive, archive_dir, part):
+        work, _, data, plain, _ = base_archive
+        pos = self._positions(data)[part]
+        path = _write(archive_dir / "f.img", _flip(data, pos, 2))
+        reason = refused(share(work, path), plain, path)
+        assert "mismatch" in reason or "bad magic" in reason or "checksum" in reason
+
+    def test_flip_in_every_used_index_entry(self, base_archive, archive_dir):
+        """A flip in the index entry of any module the program imports."""
+        work, _, data, plain, served = base_archive
+        s = _sections(data)
+        h = F.Header.parse(data[:F.HEADER_SIZE], len(data))
+        ents = data[h.entries_off:h.entries_off + h.entries_len]
+        off, targets = 0, []
+        while off < len(ents):
+            length = int.from_bytes(ents[off:off + 4], "little")
+            e = F.ModuleEntry(*marshal.loads(ents[off + 12:off + length]))
+            if e.name in ("fuzzpkg", "json.decoder"):
+                targets.append(s["entries"][0] + off + 12 + length // 3)
+            off += length
+        assert len(targets) == 2
+        for pos in targets:
+            path = _write(archive_dir / "e.img", _flip(data, pos, 5))
+            assert "checksum" in refused(share(work, path), plain, path)
+
+
+class TestNotAnArchive:
+    def test_random_bytes(self, base_archive, archive_dir):
+        work, _, data, plain, _ = base_archive
+        path = _write(archive_dir / "r.img", os.urandom(len(data)))
+        assert "bad magic" in refused(share(work, path), plain, path)
+
+    def test_text_file(self, base_archive, archive_dir):
+        work, _, _, plain, _ = base_archive
+        path = _write(archive_dir / "r.img", b"print('hello')\n" * 100)
+        assert "bad magic" in refused(share(work, path), plain, path)
+
+    def test_directory(self, base_archive, archive_dir):
+        work, _, _, plain, _ = base_archive
+        path = str(archive_dir / "d.img")
+        os.mkdir(path)
+        assert "not a regular file" in refused(share(work, path), plain, path)
+
+    def test_fifo_does_not_block(self, base_archive, archive_dir):
+        """Opening a FIFO blocks until a writer comes: start-up must not."""
+        work, _, _, plain, _ = base_archive
+        path = str(archive_dir / "p.img")
+        os.mkfifo(path, 0o644)
+        r = share(work, path)   # run_python's timeout turns a hang into an error
+        assert "not a regular file" in refused(r, plain, path)
+
+    def test_missing(self, base_archive, archive_dir):
+        work, _, _, plain, _ = base_archive
+        path = str(archive_dir / "nothing.img")
+        assert "No such file" in refused(share(work, path), plain, path)
+
+
+class TestPermissions:
+    def test_group_writable(self, base_archive, archive_dir):
+        work, _, data, plain, _ = base_archive
+        for mode in (0o664, 0o646, 0o666):
+            path = _write(archive_dir / "w.img", data, mode)
+            assert "writable by group or others" in refused(share(work, path), plain, path)
+
+    def test_owned_by_another_user(self, base_archive, archive_dir):
+        work, _, data, plain, _ = base_archive
+        if os.getuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        path = _write(archive_dir / "o.img", data, 0o644)
+        os.chown(path, 65534, 65534)     # nobody
+        assert os.getuid() != 65534
+        assert "owned by uid 65534" in refused(share(work, path), plain, path)
+
+    def test_unreadable(self, base_archive, archive_dir):
+        """A mode-000 file, read by an interpreter that cannot bypass file
+        permissions.  The tests run as root, and root reads any file
+        (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH); ``setpriv`` drops both from
+        the child's bounding set, so the open really fails with EACCES.
+        (Running as another user is not possible here: the interpreter
+        lives under /root, which is 0700.)"""
+        work, _, data, plain, _ = base_archive
+        setpriv = shutil.which("setpriv")
+        path = _write(archive_dir / "u.img", data, 0o000)
+        if os.getuid() != 0:
+            r = share(work, path)
+        else:
+            assert setpriv, "setpriv (util-linux) is needed to drop root's DAC bypass"
+            proc = subprocess.run(
+                [setpriv, "--bounding-set=-dac_override,-dac_read_search",
+                 sys.executable, "prog.py"], cwd=work, capture_output=True,
+                text=True, timeout=120,
+                env=clean_env(PYCDSMODE="SHARE", PYCDSARCHIVE=path))
+            r = Run(proc)
+        assert "Permission denied" in refused(r, plain, path)
+
+
+class TestForeign:
+    """Archives of another interpreter, build or optimization level,
+    fabricated by changing the meta block and re-signing everything."""
+
+    @pytest.mark.parametrize("key,value,expect", [
+        ("layout", lambda m: m["layout"].replace("cpython-3.11", "cpython-3.12")
+         .replace("hex=030b", "hex=030c"), "another interpreter build"),
+        ("layout", lambda m: m["layout"].replace("build=", "build=ff"),
+         "another interpreter build"),
+        ("layout", lambda m: m["layout"].replace("statics=", "statics=0"),
+         "another interpreter build"),
+        ("version", lambda m: m["version"].replace("3.11.7", "3.12.1", 1),
+         "another interpreter"),
+        ("hexversion", lambda m: 0x030C01F0, "another interpreter"),
+        ("cache_tag", lambda m: "cpython-312", "another interpreter"),
+        ("optimize", lambda m: 1, "optimize 1, this is 0"),
+        ("byteorder", lambda m: "big", "another interpreter"),
+    ])
+    def test_refused(self, base_archive, archive_dir, key, value, expect):
+        work, _, data, plain, _ = base_archive
+        m = fuzz_archive.Model(data)
+        m.meta[key] = value(m.meta)
+        path = _write(archive_dir / "x.img", m.to_bytes())
+        assert expect in refused(share(work, path), plain, path)
+
+    @pytest.mark.parametrize("hexversion,expect", [
+        (0x030C01F0, "made by Python 3.12, this is Python 3.11"),
+        (0x030A0DF0, "made by Python 3.10, this is Python 3.11")])
+    def test_header_of_another_version(self, base_archive, archive_dir, hexversion,
+                                       expect):
+        """A 3.12 (or 3.10) archive given to 3.11: the header names the
+        writer's version, checked before anything else."""
+        work, _, data, plain, _ = base_archive
+        m = fuzz_archive.Model(data)
+        m.header_patch["py_hexversion"] = hexversion
+        m.meta.update(hexversion=hexversion, cache_tag="cpython-3%d" % (hexversion >> 16 & 0xFF))
+        path = _write(archive_dir / "v.img", m.to_bytes())
+        assert refused(share(work, path), plain, path) == expect
+
+    def test_resigned_copy_is_served(self, base_archive, archive_dir):
+        """The re-signing helper itself is right: unchanged, it is served."""
+        work, _, data, plain, _ = base_archive
+        path = _write(archive_dir / "same.img", fuzz_archive.Model(data).to_bytes())
+        r = share(work, path, PYCDSVERBOSE=1)
+        assert (r.rc, r.out) == (plain.rc, plain.out) and not r.warnings(), r
+        assert "fuzzpkg.shapes" in r.served()
+
+
+class TestStructuralChecks:
+    """Re-signed structural damage: the checksums pass, the checks in C
+    (native/loader.c: ranges, relocation bounds and kinds, verify_chunk)
+    must refuse."""
+
+    def _resigned(self, data, mutate):
+        m = fuzz_archive.Model(data)
+        mutate(m, fuzz_archive.entry_of(m, "fuzzpkg.shapes"))
+        return m.to_bytes()
+
+    @pytest.mark.parametrize("name,mutate", [
+        ("chunk past heap", lambda m, e: setattr(e, "chunk_off", len(m.heap))),
+        ("chunk longer", lambda m, e: setattr(e, "chunk_len", e.chunk_len + 4096)),
+        ("root outside", lambda m, e: setattr(e, "root_off", e.chunk_len)),
+        ("root not code", lambda m, e: setattr(e, "root_off", 16)),
+        ("fewer relocs", lambda m, e: setattr(e, "reloc_count", e.reloc_count - 1)),
+        ("relocs past table", lambda m, e: setattr(e, "reloc_first", len(m.relocs) // 4)),
+        ("module number", lambda m, e: setattr(e, "number", 10 ** 6)),
+        ("reloc kind 7", lambda m, e: m.set_reloc(e.reloc_first, m.reloc(e.reloc_first) | 7)),
+        ("reloc slot outside", lambda m, e: m.set_reloc(
+            e.reloc_first, (e.chunk_len + 64) | (m.reloc(e.reloc_first) & 7))),
+        ("external target shifted", lambda m, e: _shift_slot(m, e, 1, 8)),
+        ("external target to anchor", lambda m, e: _set_slot(m, e, 1, 0)),
+        ("internal target outside", lambda m, e: _set_slot(m, e, 0, e.chunk_len)),
+        ("internal target misaligned", lambda m, e: _shift_slot(m, e, 0, 4)),
+        ("internal target shifted", lambda m, e: _shift_slot(m, e, 0, 8)),
+    ])
+    def test_refused(self, base_archive, archive_dir, name, mutate):
+        work, _, data, plain, _ = base_archive
+        path = _write(archive_dir / "s.img", self._resigned(data, mutate))
+        refused(share(work, path, PYCDSVERIFY=1), plain, path)
+
+
+def _slots(m, e, kind):
+    return [(i, slot) for i, slot, k in fuzz_archive._ptr_slots(m, e) if k == kind]
+
+
+def _set_slot(m, e, kind, value, which=-1):
+    i, slot = _slots(m, e, kind)[which]
+    at = e.chunk_off + slot
+    m.heap[at:at + 8] = (value % 2 ** 64).to_bytes(8, "little")
+
+
+def _shift_slot(m, e, kind, delta, which=-1):
+    i, slot = _slots(m, e, kind)[which]
+    at = e.chunk_off + slot
+    old = int.from_bytes(m.heap[at:at + 8], "little")
+    m.heap[at:at + 8] = ((old + delta) % 2 ** 64).to_bytes(8, "little")

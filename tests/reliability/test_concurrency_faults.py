@@ -1,0 +1,379 @@
+"""Issue 3, part 5: concurrency, faults, process models and interpreter flags.
+
+Concurrent SHARE runs; DUMP runs replacing an archive while others read it;
+SIGKILLed dumps; a full disk (RLIMIT_FSIZE and a small tmpfs); a read-only
+directory; fork, multiprocessing (spawn, forkserver), subprocesses; and the
+command-line flags that change what an archive may hold.
+"""
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import Run, clean_env, run_python
+
+REAL = textwrap.dedent("""
+    import json, email.parser, http.client, numpy, decimal, argparse
+    msg = email.parser.Parser().parsestr("Subject: hi\\n\\nbody")
+    print(json.dumps({"s": msg["Subject"], "n": int(numpy.arange(5).sum())}))
+    print(http.client.responses[404], decimal.Decimal("1.10") + 1)
+    print(argparse.ArgumentParser(prog="p").format_usage().strip())
+    """)
+
+
+def popen(args, cwd, **env):
+    return subprocess.Popen([sys.executable, *args], cwd=cwd, env=clean_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(p, timeout=120):
+    out, err = p.communicate(timeout=timeout)
+    return Run(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+
+
+def leftovers(d, keep=()):
+    """Files in d other than keep: temporary archives left behind."""
+    return sorted(n for n in os.listdir(d) if n not in keep)
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """The real program, its plain run and its archive."""
+    d = tmp_path_factory.mktemp("real")
+    (d / "real.py").write_text(REAL)
+    img = str(d / "real.img")
+    plain = run_python(["real.py"], cwd=d)
+    assert plain.rc == 0 and "Not Found" in plain.out, plain
+    r = run_python(["real.py"], cwd=d, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    assert os.path.exists(img) and (r.rc, r.out) == (0, plain.out), r
+    return d, img, plain
+
+
+class TestConcurrentRuns:
+    def test_16_concurrent_share_runs(self, real):
+        d, img, plain = real
+        procs = [popen(["real.py"], d, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1) for _ in range(16)]
+        runs = [finish(p) for p in procs]
+        for r in runs:
+            assert (r.rc, r.out) == (0, plain.out) and not r.warnings(), r
+            assert {"json", "email.parser", "http.client", "numpy"} <= set(r.served())
+
+    def test_dumps_replacing_the_archive_while_others_read(self, real, tmp_path):
+        """4 DUMP runs write the same path again and again while SHARE runs
+        read it: a reader gets the old or the new archive, complete (no
+        checksum or length warning), and no temporary file stays."""
+        d, img, plain = real
+        adir = tmp_path / "shared"
+        adir.mkdir()
+        target = str(adir / "app.img")
+        shutil.copy(img, target)
+        deadline = time.monotonic() + 12
+        writers, readers, done = [], [], []
+        while time.monotonic() < deadline and len(done) < 40:
+            writers = [w for w in writers if w.poll() is None]
+            while len(writers) < 2:
+                writers.append(popen(["real.py"], d, PYCDSMODE="DUMP", PYCDSARCHIVE=target))
+            readers.append(popen(["real.py"], d, PYCDSMODE="SHARE", PYCDSARCHIVE=target,
+                                 PYCDSVERBOSE=1))
+            if len(readers) >= 3:
+                done.append(finish(readers.pop(0)))
+        done += [finish(p) for p in readers]
+        for w in writers:
+            finish(w)
+        assert len(done) >= 10
+        for r in done:
+            assert (r.rc, r.out) == (0, plain.out), r
+            assert not r.warnings(), r
+            assert "numpy" in r.served(), r
+        assert leftovers(adir, keep=("app.img",)) == []
+
+
+class TestKilledAndFailedDumps:
+    def test_sigkill_during_dump_leaves_nothing(self, real, tmp_path):
+        """Kill DUMP runs at many moments of the exit-time write (the
+        program ends when its stdin closes; the write takes ~0.1 s).
+        O_TMPFILE: a writer killed before the link leaves nothing; the
+        named link lives for microseconds before the rename, and a later
+        dump sweeps one of a dead writer."""
+        d, _, _ = real
+        (d / "wait.py").write_text(REAL + "import sys; sys.stdin.read()\n")
+        adir = tmp_path / "k"
+        adir.mkdir()
+        target = str(adir / "app.img")
+        kinds = set()
+        for i, delay in enumerate([0.0, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.13, 0.2, 0.3]):
+            p = subprocess.Popen([sys.executable, "wait.py"], cwd=d, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=clean_env(PYCDSMODE="DUMP", PYCDSARCHIVE=target,
+                                               PYTHONUNBUFFERED=1))
+            while not p.stdout.readline().startswith(b"Not Found"):
+                pass
+            before = os.path.exists(target) and os.stat(target).st_ino
+            p.stdin.close()               # the program exits: the dump starts
+            time.sleep(delay)
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+            after = os.path.exists(target) and os.stat(target).st_ino
+            kinds.add("written" if after != before else "killed before rename")
+            assert leftovers(adir, keep=("app.img",)) == [], (delay, os.listdir(adir))
+            if os.path.exists(target):
+                r = run_python(["real.py"], cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=target)
+                assert not r.warnings(), r
+        assert "killed before rename" in kinds, kinds
+
+    def test_stale_named_temporary_is_swept(self, real, tmp_path):
+        d, _, _ = real
+        adir = tmp_path / "s"
+        adir.mkdir()
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout.strip()
+        stale = adir / f".app.img.pycds-tmp.{dead}.123"
+        stale.write_bytes(b"half an archive")
+        r = run_python(["real.py"], cwd=d, PYCDSMODE="DUMP", PYCDSARCHIVE=str(adir / "app.img"))
+        assert r.rc == 0 and not r.warnings(), r
+        assert leftovers(adir) == ["app.img"]
+
+    @pytest.mark.parametrize("limit", [0, 4096, 1 << 20])
+    def test_file_size_limit(self, real, tmp_path, limit):
+        """RLIMIT_FSIZE: CPython ignores SIGXFSZ, so the write fails with
+        EFBIG: same output and exit code, one warning, nothing left, and
+        the previous archive untouched."""
+        d, img, plain = real
+        adir = tmp_path / "f"
+        adir.mkdir()
+        target = adir / "app.img"
+        shutil.copy(img, target)
+        old = target.read_bytes()
+
+        def limit_fsize():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        proc = subprocess.run([sys.executable, "real.py"], cwd=d, capture_output=True,
+                              text=True, preexec_fn=limit_fsize, timeout=120,
+                              env=clean_env(PYCDSMODE="DUMP", PYCDSARCHIVE=str(target)))
+        r = Run(proc)
+        assert (r.rc, r.out) == (0, plain.out), r
+        assert len(r.warnings()) == 1 and "no archive was written" in r.warnings()[0], r
+        assert "File too large" in r.warnings()[0], r
+        assert target.read_bytes() == old
+        assert leftovers(adir, keep=("app.img",)) == []
+
+    def test_full_tmpfs(self, real, tmp_path):
+        """A 1 MiB tmpfs (ENOSPC), if this machine lets us mount one."""
+        d, _, plain = real
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                           capture_output=True, text=True)
+        if m.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {m.stderr.strip()}")
+        try:
+            r = run_python(["real.py"], cwd=d, PYCDSMODE="DUMP",
+                           PYCDSARCHIVE=str(mnt / "app.img"))
+            assert (r.rc, r.out) == (0, plain.out), r
+            assert len(r.warnings()) == 1, r
+            assert "No space left on device" in r.warnings()[0], r
+            assert os.listdir(mnt) == []
+        finally:
+            subprocess.run(["umount", str(mnt)], check=True)
+
+    def test_read_only_directory(self, real, tmp_path):
+        """A 0555 directory, written by an interpreter that cannot bypass
+        permissions (setpriv drops root's CAP_DAC_OVERRIDE; see
+        test_bad_archives.TestPermissions.test_unreadable)."""
+        d, _, plain = real
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        os.chmod(ro, 0o555)
+        cmd = [sys.executable, "real.py"]
+        if os.getuid() == 0:
+            cmd = [shutil.which("setpriv"), "--bounding-set=-dac_override,-dac_read_search"] + cmd
+        proc = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=120,
+                              env=clean_env(PYCDSMODE="DUMP", PYCDSARCHIVE=str(ro / "a.img")))
+        r = Run(proc)
+        assert (r.rc, r.out) == (0, plain.out), r
+        assert len(r.warnings()) == 1 and "no archive was written" in r.warnings()[0], r
+        assert "Permission denied" in r.warnings()[0]
+        assert os.listdir(ro) == []
+
+
+PROCS = textwrap.dedent("""
+    import os, sys, json
+    import multiprocessing as mp
+
+    def work(x):
+        import fractions, statistics      # imported in the child only
+        return str(fractions.Fraction(x, 3) + statistics.mean([1, 2]))
+
+    def put(q, x):
+        q.put(work(x))
+
+    if __name__ == "__main__":
+        method = sys.argv[1]
+        if method == "fork":
+            pid = os.fork()
+            if pid == 0:
+                import textwrap, fractions
+                print("child", textwrap.shorten("a b c d e f g", 8), fractions.Fraction(1, 3),
+                      flush=True)
+                os._exit(0)
+            os.waitpid(pid, 0)
+            import textwrap, fractions     # so that the DUMP run archives them
+            print("parent", json.dumps([1]))
+        elif method == "subprocess":
+            import subprocess
+            out = subprocess.run([sys.executable, "-c",
+                                  "import fractions, os; print(fractions.Fraction(2, 6),"
+                                  " os.environ.get('PYCDSMODE'))"],
+                                 capture_output=True, text=True)
+            print("sub", out.stdout.strip(), out.stderr.count("[pycds] served"))
+        elif method.endswith("-process"):
+            # Processes that end normally (Pool workers are terminated).
+            ctx = mp.get_context(method.split("-")[0])
+            q = ctx.Queue()
+            ps = [ctx.Process(target=put, args=(q, i)) for i in (1, 2)]
+            for p in ps:
+                p.start()
+            got = sorted(q.get() for p in ps)
+            for p in ps:
+                p.join()
+            print(method, got, [p.exitcode for p in ps])
+        else:
+            with mp.get_context(method).Pool(2) as pool:
+                print(method, pool.map(work, [1, 2, 3]))
+            if "parent-too" in sys.argv:
+                import fractions, statistics
+    """)
+
+
+@pytest.fixture(scope="module")
+def procs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("procs")
+    (d / "procs.py").write_text(PROCS)
+    return d
+
+
+class TestProcessModels:
+    @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver", "subprocess"])
+    def test_children_share(self, procs, method):
+        img = str(procs / f"{method}.img")
+        args = ["procs.py", method, "parent-too"]
+        plain = run_python(args, cwd=procs)
+        assert plain.rc == 0, plain
+        run_python(args, cwd=procs, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(args, cwd=procs, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        if method == "subprocess":
+            # the child's own "served" count is on its stderr, printed by us
+            assert plain.out.split()[:2] == r.out.split()[:2] and r.rc == 0, r
+            assert r.out.split()[2] == "SHARE", r
+            assert int(r.out.split()[-1]) >= 1, r
+        else:
+            assert (r.rc, r.out) == (plain.rc, plain.out), r
+        assert not r.warnings(), r
+        served = r.served()
+        if method == "fork":
+            # the forked child imported textwrap from the parent's archive
+            assert served.count("textwrap") == 2 and "fractions" in served, r
+            assert r.out.startswith("child"), r
+        elif method in ("spawn", "forkserver"):
+            # the parent imports fractions after the pool: the workers served
+            # it before (one or two of them)
+            assert served.count("fractions") >= 2, r
+
+    def test_dump_by_parent_and_children(self, procs):
+        """Parent and spawn children all run under DUMP: see
+        docs/reliability.md ("DUMP and child processes")."""
+        img = str(procs / "tree.img")
+        r = run_python(["procs.py", "spawn-process"], cwd=procs, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.rc == 0 and not r.warnings(), r
+        # parent, 2 children and the resource tracker each write
+        assert r.err.count("[pycds] dumped") >= 3, r
+        assert leftovers(procs, keep=[n for n in os.listdir(procs)
+                                      if not n.startswith(".")]) == []
+        s = run_python(["procs.py", "spawn-process"], cwd=procs, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert s.rc == 0 and not s.warnings() and s.out == r.out, s
+        # modules the children alone imported are in the archive too
+        assert s.served().count("statistics") == 2, s
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    d = tmp_path_factory.mktemp("flags")
+    (d / "app").mkdir()
+    (d / "app" / "__init__.py").write_text('"""app doc"""\nassert True\n')
+    (d / "app" / "__main__.py").write_text(
+        "import app, app.util, json\nprint(app.util.f(), app.__doc__, json.dumps(1))\n")
+    (d / "app" / "util.py").write_text('def f():\n    "doc"\n    return f.__doc__\n')
+    img = str(d / "app.img")
+    run_python(["-m", "app"], cwd=d, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    return d, img
+
+
+class TestFlags:
+    def test_python_m_package(self, app):
+        d, img = app
+        plain = run_python(["-m", "app"], cwd=d)
+        r = run_python(["-m", "app"], cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "doc app doc 1\n"), r
+        assert {"app", "app.util", "json"} <= set(r.served())
+
+    @pytest.mark.parametrize("flags", [["-B"], ["-X", "importtime"], ["-X", "frozen_modules=off"]])
+    def test_flags_served(self, app, flags):
+        d, img = app
+        plain = run_python([*flags, "-m", "app"], cwd=d)
+        r = run_python([*flags, "-m", "app"], cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert (r.rc, r.out) == (plain.rc, plain.out), r
+        assert "app.util" in r.served() and not r.warnings(), r
+        if "importtime" in flags:
+            assert "import time:" in r.err and "app.util" in r.err
+
+    def test_dont_write_bytecode(self, app):
+        d, img = app
+        r = run_python(["-m", "app"], cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, PYTHONDONTWRITEBYTECODE=1)
+        assert r.out == "doc app doc 1\n" and "app.util" in r.served(), r
+
+    @pytest.mark.parametrize("flag", ["-I", "-E", "-S"])
+    def test_flags_that_turn_pycds_off(self, app, flag):
+        d, img = app
+        args = [flag, "-c", "import sys; sys.path.insert(0, '.'); import app.util; print(app.util.f())"]
+        plain = run_python(args, cwd=d)
+        r = run_python(args, cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert (r.rc, r.out) == (plain.rc, plain.out) and r.out == "doc\n", r
+        assert r.served() == [] and not r.warnings(), r
+
+    @pytest.mark.parametrize("dump_flags,share_flags", [
+        ([], ["-O"]), ([], ["-OO"]), (["-O"], []), (["-OO"], ["-O"])])
+    def test_other_optimization_level_is_refused(self, app, tmp_path, dump_flags, share_flags):
+        d, _ = app
+        img = str(tmp_path / "o.img")
+        run_python([*dump_flags, "-m", "app"], cwd=d, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        plain = run_python([*share_flags, "-m", "app"], cwd=d)
+        r = run_python([*share_flags, "-m", "app"], cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert (r.rc, r.out) == (plain.rc, plain.out), r
+        w = r.warnings()
+        assert len(w) == 1 and w[0].startswith(f"[pycds] warning: archive {img} ignored: "), r
+        assert "optimize" in w[0]
+
+    @pytest.mark.parametrize("flag,out", [("-O", "doc app doc 1\n"), ("-OO", "None None 1\n")])
+    def test_same_optimization_level_is_served(self, app, tmp_path, flag, out):
+        d, _ = app
+        img = str(tmp_path / "o.img")
+        run_python([flag, "-m", "app"], cwd=d, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python([flag, "-m", "app"], cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out == out and "app.util" in r.served() and not r.warnings(), r
