@@ -70,9 +70,10 @@ def test_fuzz_in_process_batches(base_archive, archive_dir):
     verdicts = []
     for start in range(0, len(paths), 100):
         batch = paths[start:start + 100]
+        # cwd: not the checkout (-c puts the cwd first on sys.path)
         proc = subprocess.run([sys.executable, "-c", BATCH_CHILD, *batch],
                               capture_output=True, text=True, timeout=300,
-                              env=clean_env())
+                              env=clean_env(), cwd=str(archive_dir))
         labels = [label for label, _ in mutants[start:start + 100]]
         assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:], labels)
         verdicts += json.loads(proc.stdout)
