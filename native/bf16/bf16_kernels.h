@@ -1,0 +1,124 @@
+/* bf16_kernels.h -- the C boundary of pycds.bf16._kernels.
+ *
+ * BF16 <-> fp32 conversion and sbgemm (BF16 x BF16 -> fp32, the semantics
+ * of OpenBLAS cblas_sbgemm, row-major) with runtime CPU dispatch:
+ *
+ *   x86-64   AVX512-BF16  VDPBF16PS (_mm512_dpbf16_ps)  bf16_avx512.c
+ *   aarch64  FEAT_BF16    BFMMLA    (vbfmmlaq_f32)      bf16_bfmmla.c
+ *   other    none: the Python wrapper uses its numpy/OpenBLAS fallback.
+ *
+ * Rules: no Python objects (cffi calls these with the GIL released); every
+ * function returns 0 or a negative BF16K_E_* code (never aborts); all
+ * arrays are caller-owned raw pointers; strides are in elements.
+ *
+ * Keep in sync with bf16_kernels.cdef (declarations only, no directives).
+ */
+#ifndef PYCDS_BF16_KERNELS_H
+#define PYCDS_BF16_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BF16K_OK 0
+#define BF16K_E_NOMEM (-1)      /* malloc failed */
+#define BF16K_E_ARG (-2)        /* bad size, stride or buffer length */
+#define BF16K_E_NOKERNEL (-3)   /* no hardware sbgemm kernel on this CPU */
+#define BF16K_E_THREAD (-4)     /* pthread_create failed */
+#define BF16K_E_LAYOUT (-5)     /* packed B made for another kernel */
+
+#define BF16K_ROUND_NEAREST 0   /* IEEE 754 roundTiesToEven */
+#define BF16K_ROUND_TRUNCATE 1  /* toward zero */
+
+/* Kernel description used by the blocked driver (bf16_driver.c).
+ *
+ * Panels: B is packed as [kunits][NR][KU] uint16, where a k-unit is KU
+ * consecutive k values (2 for VDPBF16PS pairs, 4 for BFMMLA quads),
+ * zero-padded past K and N.  A is read as k-units too: unit p of row i is at
+ * ap[p * a_ps + i * a_rs] (KU contiguous values).  Packed A blocks use
+ * a_ps = MR * KU, a_rs = KU (zero rows past M); kernels with direct_a != 0
+ * also accept row-major op(A) in place (a_ps = KU, a_rs = lda) and then read
+ * only rows < mr.
+ *
+ * kern(ku, ap, a_ps, a_rs, bp, c, ldc, mr, nr, alpha, beta):
+ *   C[0:mr, 0:nr] = alpha * A @ Bp + beta * C   (ku k-units)
+ *   beta == 0 means C is not read.  mr <= MR, nr <= NR.
+ */
+typedef void (*bf16k_microkernel)(int64_t ku, const uint16_t *ap,
+                                  int64_t a_ps, int64_t a_rs,
+                                  const uint16_t *bp, float *c, int64_t ldc,
+                                  int mr, int nr, float alpha, float beta);
+
+typedef struct {
+    const char *name;   /* "avx512bf16", "bfmmla" */
+    int mr;             /* rows per micro-tile */
+    int nr;             /* columns per micro-tile (= B panel width) */
+    int ku;             /* k values per k-unit */
+    int direct_a;       /* 1: may read row-major A without packing */
+    bf16k_microkernel kern;
+} bf16k_kernel_desc;
+
+/* Kernel descriptors (bf16_generic.c is portable C, for testing the driver
+ * anywhere; the others exist only on their architecture). */
+extern const bf16k_kernel_desc bf16k_generic_desc;
+#if defined(__x86_64__)
+extern const bf16k_kernel_desc bf16k_avx512_desc;
+#endif
+#if defined(__aarch64__)
+extern const bf16k_kernel_desc bf16k_bfmmla_desc;
+#endif
+
+/* ---- exported API (mirrored in bf16_kernels.cdef) ---------------------- */
+
+/* Name of the selected kernel: by default the hardware kernel found on this
+ * CPU, or "none".  Static string. */
+const char *bf16k_kernel_name(void);
+
+/* Select the kernel: "auto" (hardware detection), "generic" (portable C,
+ * for tests), or a hardware kernel's name if this CPU has it.  Returns 0 or
+ * BF16K_E_NOKERNEL / BF16K_E_ARG.  Takes effect for later calls; packed B
+ * from another kernel must be re-packed (BF16K_E_ARG on a short buffer). */
+int bf16k_select_kernel(const char *name);
+
+/* MR, NR, KU of the active hardware kernel (see bf16k_kernel_desc); returns
+ * BF16K_E_NOKERNEL (outputs untouched) when there is none. */
+int bf16k_kernel_params(int *mr, int *nr, int *ku);
+
+/* Human-readable message for a BF16K_E_* code.  Static string. */
+const char *bf16k_strerror(int rc);
+
+/* Number of worker threads sbgemm uses (1..BF16K_MAX_THREADS); n <= 0 picks
+ * the number of online CPUs.  Returns the value in effect. */
+int bf16k_set_num_threads(int n);
+
+/* src: n float32 (caller-owned, read)  ->  dst: n uint16 BF16 (written). */
+int bf16k_from_f32(const float *src, uint16_t *dst, int64_t n, int rounding);
+
+/* src: n uint16 BF16 (read)  ->  dst: n float32 (written), exact. */
+int bf16k_to_f32(const uint16_t *src, float *dst, int64_t n);
+
+/* Number of uint16 elements pack_b writes for op(B) of shape (k, n), for
+ * the active hardware kernel; -BF16K_E_NOKERNEL... as a negative code. */
+int64_t bf16k_packed_b_len(int64_t k, int64_t n);
+
+/* B element (kk, j) of op(B) (K x N) is b[kk*rs + j*cs].  dst (len uint16,
+ * caller-owned) receives the panel layout of the active kernel. */
+int bf16k_pack_b(const uint16_t *b, int64_t k, int64_t n, int64_t rs,
+                 int64_t cs, uint16_t *dst, int64_t len);
+
+/* Identifier of the selected kernel's packed-B layout, (NR << 8) | KU, or
+ * BF16K_E_NOKERNEL.  Store it with packed data; sbgemm checks it. */
+int bf16k_packed_layout(void);
+
+/* C = alpha * op(A) @ op(B) + beta * C.
+ * op(A) (m x k): element (i, kk) at a[i*a_rs + kk*a_cs].
+ * bp: B packed by bf16k_pack_b for (k, n), bp_len uint16, made for layout
+ * `layout` (BF16K_E_LAYOUT if that is not the selected kernel's).
+ * c: m x n float32, element (i, j) at c[i*ldc + j].  beta == 0: not read. */
+int bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
+                        const uint16_t *a, int64_t a_rs, int64_t a_cs,
+                        const uint16_t *bp, int64_t bp_len, int layout,
+                        float beta, float *c, int64_t ldc);
+
+#define BF16K_MAX_THREADS 64
+
+#endif /* PYCDS_BF16_KERNELS_H */

@@ -1,0 +1,218 @@
+/* test_bfmmla_main.c -- standalone check of the sbgemm driver + BFMMLA
+ * micro-kernel, for aarch64 under qemu (scripts/test_bfmmla_qemu.sh).
+ *
+ * Links bf16_driver.c and bf16_bfmmla.c unchanged; compares
+ * bf16k_sbgemm_packed against a double-precision reference with the fp32
+ * summation bound gamma_n * (|alpha| sum|a||b| + |beta c|), n = 2K + 5,
+ * u = 2^-24 (products of BF16 values are exact in fp32).
+ * Exit status 0 on success; prints one line per case with the largest
+ * ratio |error| / bound (must be <= 1).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16_kernels.h"
+
+/* The kernel this build must find; override with
+ * -DBF16K_TEST_EXPECT='"avx512bf16"' to run the same checks natively on
+ * x86-64 (e.g. under -fsanitize=address,undefined). */
+#ifndef BF16K_TEST_EXPECT
+#define BF16K_TEST_EXPECT "bfmmla"
+#endif
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t
+next_u32(void)
+{
+    /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+/* Random normal BF16: sign, 7-bit significand, exponent in [-20, 20]. */
+static uint16_t
+rand_bf16(void)
+{
+    uint32_t r = next_u32();
+    uint32_t sign = (r >> 31) << 15;
+    uint32_t exp = (uint32_t)(127 - 20 + (int)((r >> 8) % 41));
+    uint32_t mant = r & 0x7F;
+    return (uint16_t)(sign | exp << 7 | mant);
+}
+
+static double
+bf16_to_double(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return (double)f;
+}
+
+/* One case: op(A) m x k (transposed storage if ta), op(B) k x n. */
+static int
+run_case(int64_t m, int64_t n, int64_t k, int ta, int tb, float alpha,
+         float beta)
+{
+    int ok = 0;
+    uint16_t *a = malloc((size_t)(m * k + 1) * sizeof(*a));
+    uint16_t *b = malloc((size_t)(k * n + 1) * sizeof(*b));
+    float *c = malloc((size_t)(m * n + 1) * sizeof(*c));
+    float *c0 = malloc((size_t)(m * n + 1) * sizeof(*c0));
+    int64_t plen = bf16k_packed_b_len(k, n);
+    uint16_t *bp = plen >= 0 ? malloc((size_t)(plen + 1) * sizeof(*bp)) : NULL;
+    if (a == NULL || b == NULL || c == NULL || c0 == NULL || bp == NULL) {
+        printf("FAIL alloc (packed len %lld)\n", (long long)plen);
+        goto done;
+    }
+    for (int64_t i = 0; i < m * k; i++) {
+        a[i] = rand_bf16();
+    }
+    for (int64_t i = 0; i < k * n; i++) {
+        b[i] = rand_bf16();
+    }
+    for (int64_t i = 0; i < m * n; i++) {
+        c0[i] = c[i] = (float)((int)(next_u32() % 2001) - 1000) / 256.0f;
+    }
+    /* Storage: A is m x k (ta: k x m), B is k x n (tb: n x k), row-major. */
+    int64_t a_rs = ta ? 1 : k, a_cs = ta ? m : 1;
+    int64_t b_rs = tb ? 1 : n, b_cs = tb ? k : 1;
+    int rc = bf16k_pack_b(b, k, n, b_rs, b_cs, bp, plen);
+    if (rc == 0) {
+        rc = bf16k_sbgemm_packed(m, n, k, alpha, a, a_rs, a_cs, bp, plen,
+                                 bf16k_packed_layout(), beta, c, n);
+    }
+    if (rc != 0) {
+        printf("FAIL rc=%d (%s)\n", rc, bf16k_strerror(rc));
+        goto done;
+    }
+    double worst = 0.0;   /* max |err| / bound */
+    double nu = (double)(2 * k + 5) * ldexp(1.0, -24);
+    double gamma = nu / (1.0 - nu);
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0, sabs = 0.0;
+            for (int64_t kk = 0; kk < k; kk++) {
+                double x = bf16_to_double(a[i * a_rs + kk * a_cs]);
+                double y = bf16_to_double(b[kk * b_rs + j * b_cs]);
+                s += x * y;
+                sabs += fabs(x * y);
+            }
+            double ref = (double)alpha * s;
+            double lim = fabs((double)alpha) * sabs;
+            if (beta != 0.0f) {
+                ref += (double)beta * (double)c0[i * n + j];
+                lim += fabs((double)beta * (double)c0[i * n + j]);
+            }
+            double err = fabs((double)c[i * n + j] - ref);
+            double ratio = err == 0.0 ? 0.0 : err / (gamma * lim);
+            if (!(ratio <= worst)) {   /* also catches NaN */
+                worst = ratio;
+            }
+        }
+    }
+    ok = worst <= 1.0;
+    printf("%s m=%lld n=%lld k=%lld ta=%d tb=%d alpha=%g beta=%g "
+           "(max |err|/bound %.3g)\n", ok ? "ok  " : "FAIL",
+           (long long)m, (long long)n, (long long)k, ta, tb, (double)alpha,
+           (double)beta, worst);
+done:
+    free(a);
+    free(b);
+    free(c);
+    free(c0);
+    free(bp);
+    return ok;
+}
+
+int
+main(int argc, char **argv)
+{
+    static const int64_t shapes[][3] = {
+        {1, 1, 1}, {1, 9, 5}, {8, 8, 4}, {7, 13, 11}, {16, 16, 16},
+        {1, 300, 257}, {8, 64, 1000}, {33, 70, 129}, {100, 90, 300},
+        {250, 40, 600}, {64, 300, 130}, {30, 520, 34},
+    };
+    int failures = 0, cases = 0;
+    /* argv[1]: a kernel to select first (e.g. "generic"). */
+    const char *expect = argc > 1 ? argv[1] : BF16K_TEST_EXPECT;
+    if (argc > 1 && bf16k_select_kernel(argv[1]) != 0) {
+        printf("FAIL cannot select kernel %s\n", argv[1]);
+        return 1;
+    }
+    const char *name = bf16k_kernel_name();
+    printf("kernel: %s\n", name);
+    if (strcmp(name, expect) != 0) {
+        printf("FAIL expected the %s kernel (bfmmla: run under qemu -cpu "
+               "max)\n", expect);
+        return 1;
+    }
+    /* A packed B made for another layout is refused. */
+    cases++;
+    if (bf16k_sbgemm_packed(1, 1, 1, 1.0f, NULL, 1, 1, NULL, 0,
+                            bf16k_packed_layout() + 1, 0.0f, NULL, 1)
+            != BF16K_E_LAYOUT) {
+        printf("FAIL layout mismatch not detected\n");
+        failures++;
+    }
+    bf16k_set_num_threads(2);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        for (int t = 0; t < 4; t++) {
+            float alpha = (t & 1) ? -0.5f : 1.0f;
+            float beta = (t & 2) ? 1.5f : 0.0f;
+            cases++;
+            failures += !run_case(shapes[s][0], shapes[s][1], shapes[s][2],
+                                  t & 1, (t >> 1) & 1, alpha, beta);
+        }
+    }
+    /* Conversion sanity on the same build. */
+    float f[3] = {1.0f, -2.5f, 3.0e38f};
+    uint16_t h[3];
+    float back[3];
+    cases++;
+    if (bf16k_from_f32(f, h, 3, BF16K_ROUND_NEAREST) != 0
+            || bf16k_to_f32(h, back, 3) != 0 || h[0] != 0x3F80
+            || h[1] != 0xC020 || back[1] != -2.5f) {
+        printf("FAIL conversion\n");
+        failures++;
+    }
+    /* Large conversion (two threads, vector loop + tail) against the
+     * scalar formula, and the exact widening back. */
+    cases++;
+    {
+        const int64_t big = (1 << 19) + 7;
+        float *fs = malloc((size_t)big * sizeof(*fs));
+        float *fb = malloc((size_t)big * sizeof(*fb));
+        uint16_t *hs = malloc((size_t)big * sizeof(*hs));
+        int bad = fs == NULL || fb == NULL || hs == NULL;
+        for (int64_t i = 0; !bad && i < big; i++) {
+            uint32_t u = next_u32();
+            memcpy(&fs[i], &u, sizeof(u));
+        }
+        bad = bad || bf16k_from_f32(fs, hs, big, BF16K_ROUND_NEAREST) != 0
+            || bf16k_to_f32(hs, fb, big) != 0;
+        for (int64_t i = 0; !bad && i < big; i++) {
+            uint32_t u, w;
+            memcpy(&u, &fs[i], sizeof(u));
+            memcpy(&w, &fb[i], sizeof(w));
+            uint32_t want = (u & 0x7FFFFFFFu) > 0x7F800000u
+                ? ((u >> 16 & 0x8000u) | 0x7FC0u)
+                : (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+            bad = hs[i] != want || w != (uint32_t)hs[i] << 16;
+        }
+        if (bad) {
+            printf("FAIL large conversion\n");
+            failures++;
+        }
+        free(fs);
+        free(fb);
+        free(hs);
+    }
+    printf("%d/%d cases passed\n", cases - failures, cases);
+    return failures != 0;
+}

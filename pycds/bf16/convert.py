@@ -1,0 +1,186 @@
+"""float32 <-> bfloat16 conversion on ``np.uint16`` bit patterns.
+
+Exports
+-------
+to_bf16(x, rounding="nearest", out="uint16")
+    float32 (or anything castable to it) -> BF16 bit patterns.
+to_float32(b)
+    BF16 bit patterns (uint16) or ``ml_dtypes.bfloat16`` -> float32, exact.
+
+BF16 is the high half of an IEEE 754 binary32: 1 sign bit, 8 exponent bits,
+7 stored significand bits.  Storage is ``np.uint16`` (llm.c's trick: numpy
+has no bf16 dtype); ``out="ml_dtypes"`` gives an ``ml_dtypes.bfloat16`` view
+of the same bytes.  The conversions are integer bit manipulations (no float
+rounding mode is involved), so results are identical on every platform:
+vectorised numpy for small arrays, and for arrays of 4096+ elements the
+native loop in ``pycds.bf16._kernels`` (AVX512 integer ops when available,
+two threads from 2**18 elements), which gives the same bits.  Checked
+against ml_dtypes over all 2**32 float32 patterns
+(``scripts/bf16_exhaustive.py``; see ``docs/bf16.md``).
+"""
+
+import numpy as np
+
+try:  # optional speed-up; results are bit-identical to the numpy path
+    from pycds.bf16._kernels import ffi as _ffi, lib as _lib
+except ImportError:  # pragma: no cover - exercised when the .so is absent
+    _ffi = _lib = None
+
+__all__ = ["to_bf16", "to_float32", "BF16_NAN", "ROUNDINGS"]
+
+# Arrays at least this large go through the native loop when available.
+_NATIVE_MIN = 1 << 12
+_ROUND_CODE = {"nearest": 0, "truncate": 1}  # BF16K_ROUND_* in bf16_kernels.h
+
+# Canonical quiet NaN (positive); the sign of the input is kept.  Matches
+# ml_dtypes (Eigen) bit for bit, and PyTorch up to the sign bit.
+BF16_NAN = 0x7FC0
+ROUNDINGS = ("nearest", "truncate")
+_OUTS = ("uint16", "ml_dtypes")
+
+
+def _ml_bfloat16():
+    # Imported lazily: ml_dtypes is only needed for the ml_dtypes views.
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+def to_bf16(x, rounding="nearest", out="uint16"):
+    """Convert float32 values to BF16.
+
+    Parameters
+    ----------
+    x : array_like of float32, any shape
+        Values to convert.  Other real dtypes are first cast to float32 by
+        numpy (float64 input is therefore rounded twice; pass float32 for
+        single rounding).  An ``ml_dtypes.bfloat16`` array is returned as
+        its bit patterns unchanged.
+    rounding : {"nearest", "truncate"}
+        ``"nearest"``: IEEE 754 roundTiesToEven on the 16 dropped bits, as
+        ``vcvtneps2bf16``, PyTorch and ml_dtypes do.  Finite values whose
+        rounding overflows become +-inf; subnormals are rounded, not flushed.
+        ``"truncate"``: drop the low 16 bits (round toward zero), as
+        TensorFlow's original bfloat16 did.
+    out : {"uint16", "ml_dtypes"}
+        Return BF16 bit patterns as ``np.uint16``, or an
+        ``ml_dtypes.bfloat16`` view of the same buffer.
+
+    Returns
+    -------
+    ndarray of uint16 (or ml_dtypes.bfloat16), shape ``x.shape``
+        BF16 bit patterns, C-contiguous.  Any NaN becomes the canonical quiet
+        NaN ``sign | 0x7FC0`` (quiet bit set; payload not kept), as
+        ml_dtypes does; +-inf, +-0 and signs are kept.
+
+    Raises
+    ------
+    ValueError
+        If `rounding` or `out` is not one of the allowed values, or `x` is
+        complex, or `x` is uint16 (reserved for BF16 bit patterns: use
+        :func:`to_float32` on those, or cast integers to float32 first).
+
+    Notes
+    -----
+    Round-to-nearest-even on the bit pattern ``u`` (uint32) is
+    ``(u + 0x7FFF + ((u >> 16) & 1)) >> 16``: adding 0x7FFF carries into the
+    kept half exactly when the dropped half exceeds 0x8000, and the lsb term
+    breaks the 0x8000 tie toward an even result.  A carry out of the
+    largest finite exponent yields the inf pattern 0x7F80, which is the
+    IEEE overflow result for round-to-nearest.
+    """
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+    if out not in _OUTS:
+        raise ValueError(f"out must be one of {_OUTS}, got {out!r}")
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        raise ValueError(f"x must be real, got dtype {x.dtype}")
+    if x.dtype == np.uint16 or x.dtype.name == "bfloat16":
+        if x.dtype == np.uint16:
+            raise ValueError(
+                "x has dtype uint16, which this API reserves for BF16 bit "
+                "patterns; cast to float32 first to convert integers"
+            )
+        bits = np.asarray(x, order="C").view(np.uint16)
+    else:
+        f = np.asarray(x, dtype=np.float32, order="C")  # keeps 0-d shape
+        if _lib is not None and f.size >= _NATIVE_MIN:
+            bits = _native_from_f32(f, rounding)
+        else:
+            bits = _round_bits(f.view(np.uint32), rounding)
+    if out == "ml_dtypes":
+        return bits.view(_ml_bfloat16())
+    return bits
+
+
+def _native_from_f32(f, rounding):
+    # f: C-contiguous float32, any shape -> uint16, same shape (native loop).
+    bits = np.empty(f.shape, dtype=np.uint16)
+    rc = _lib.bf16k_from_f32(
+        _ffi.cast("const float *", _ffi.from_buffer(f)),
+        _ffi.cast("uint16_t *", _ffi.from_buffer(bits, require_writable=True)),
+        f.size, _ROUND_CODE[rounding])
+    if rc != 0:
+        raise RuntimeError(f"bf16k_from_f32 failed with code {rc}")
+    return bits
+
+
+def _native_to_f32(b):
+    # b: C-contiguous uint16, any shape -> float32, same shape (native loop).
+    out = np.empty(b.shape, dtype=np.float32)
+    rc = _lib.bf16k_to_f32(
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(b)),
+        _ffi.cast("float *", _ffi.from_buffer(out, require_writable=True)),
+        b.size)
+    if rc != 0:
+        raise RuntimeError(f"bf16k_to_f32 failed with code {rc}")
+    return out
+
+
+def _round_bits(u, rounding):
+    # u: uint32 bit patterns of float32, any shape -> uint16, same shape.
+    mag = u & np.uint32(0x7FFFFFFF)
+    if rounding == "nearest":
+        r = u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
+        r >>= np.uint32(16)
+    else:
+        r = u >> np.uint32(16)
+    r = r.astype(np.uint16)
+    nan = mag > np.uint32(0x7F800000)
+    if nan.any():
+        sign = (u[nan] >> np.uint32(16)).astype(np.uint16) & np.uint16(0x8000)
+        r[nan] = sign | np.uint16(BF16_NAN)
+    return r
+
+
+def to_float32(b):
+    """Widen BF16 to float32 exactly.
+
+    Parameters
+    ----------
+    b : ndarray of uint16 or ml_dtypes.bfloat16, any shape
+        BF16 bit patterns (uint16), or an ``ml_dtypes.bfloat16`` array.
+
+    Returns
+    -------
+    ndarray of float32, shape ``b.shape``
+        ``b`` placed in the high half of a binary32 (``u32 = b << 16``), so
+        every value, NaN payload and sign is kept exactly.
+
+    Raises
+    ------
+    ValueError
+        If `b` is neither uint16 nor ml_dtypes.bfloat16.
+    """
+    b = np.asarray(b)
+    if b.dtype.name == "bfloat16":
+        b = b.view(np.uint16)
+    elif b.dtype != np.uint16:
+        raise ValueError(
+            f"b must hold BF16 as uint16 bit patterns or ml_dtypes.bfloat16, "
+            f"got dtype {b.dtype}"
+        )
+    if _lib is not None and b.size >= _NATIVE_MIN and b.flags.c_contiguous:
+        return _native_to_f32(b)
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)

@@ -1,0 +1,392 @@
+"""BF16 x BF16 -> FP32 matrix multiply (``sbgemm``) with runtime kernel dispatch.
+
+Exports
+-------
+sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)
+    ``C = alpha * op(A) @ op(B) + beta * C``, the semantics of OpenBLAS
+    ``cblas_sbgemm`` (row-major, ``CblasRowMajor``).
+pack(b, trans_b=False) -> PackedB
+    Reorder BF16 weights once (at model load) into the active kernel's panel
+    layout, like a oneDNN weight reorder; ``sbgemm`` takes it as `b`.
+PackedB
+    The packed-weights object.
+kernel_name() -> str
+    The kernel in use: ``"avx512bf16"``, ``"bfmmla"`` or ``"fallback"``.
+Bf16KernelError
+    Raised when the native kernel returns an error code.
+
+Module attributes: ``HW_KERNEL`` is the hardware kernel found by the C
+detection (``"none"`` if there is none), ``ENV_KERNEL`` the override variable.
+
+Kernels
+-------
+The native module ``pycds.bf16._kernels`` (cffi, ``native/bf16/``) picks at
+import time, with CPU feature detection in C:
+
+* ``avx512bf16`` -- x86-64 with AVX512-BF16 (``__builtin_cpu_supports``):
+  12x32 ``vdpbf16ps`` (Intel intrinsics guide ``_mm512_dpbf16_ps``)
+  micro-kernel in a BLIS-style blocked driver, work split over pthreads.
+* ``bfmmla`` -- aarch64 with FEAT_BF16 (``getauxval(AT_HWCAP2) &
+  HWCAP2_BF16``): 8x8 ``BFMMLA`` (Arm ACLE ``vbfmmlaq_f32``) micro-kernel in
+  the same driver; tested under ``qemu-aarch64 -cpu max``.
+* ``fallback`` -- anywhere: BF16 blocks widened to fp32 (exact) and
+  multiplied by numpy's sgemm (OpenBLAS).  Products of two BF16 values are
+  exact in fp32, so every kernel differs from exact arithmetic only by fp32
+  summation error.
+
+Set ``PYCDS_BF16_KERNEL=fallback`` in the environment (read at import) to
+force the fallback on any machine; ``PYCDS_BF16_KERNEL=generic`` selects a
+portable C micro-kernel in the native driver (slow; it lets the driver be
+tested on CPUs without BF16 instructions).  The native module is required: if it
+cannot be imported, importing this module fails.  cffi releases the GIL
+during the native calls, so sbgemm runs concurrently with other Python
+threads.  Details, error bound and benchmarks: ``docs/bf16.md``.
+"""
+
+import os
+import warnings
+
+import numpy as np
+
+from pycds.bf16.convert import to_float32
+
+try:
+    from pycds.bf16._kernels import ffi as _ffi, lib as _lib
+except ImportError as exc:  # the native module is part of the product
+    raise ImportError(
+        f"pycds.bf16._kernels is not built ({exc}); build it with "
+        f"'python native/build_bf16.py' (in-place) or 'pip install .'",
+        name="pycds.bf16._kernels",
+    ) from exc
+
+__all__ = ["sbgemm", "pack", "PackedB", "kernel_name", "Bf16KernelError"]
+
+ENV_KERNEL = "PYCDS_BF16_KERNEL"
+
+# Fallback blocking: fp32 blocks of B are kept <= _FB_BLOCK_BYTES so a
+# converted block stays in L2 while sgemm consumes it.
+_FB_KB = 512
+_FB_BLOCK_BYTES = 1 << 21
+
+
+class Bf16KernelError(RuntimeError):
+    """A native BF16 kernel returned an error code."""
+
+
+def _check(rc):
+    # C functions return 0 or a negative BF16K_E_* code.
+    if rc < 0:
+        msg = _ffi.string(_lib.bf16k_strerror(int(rc))).decode()
+        if rc == -1:
+            raise MemoryError(f"pycds.bf16._kernels: {msg}")
+        raise Bf16KernelError(f"pycds.bf16._kernels error {rc}: {msg}")
+    return rc
+
+
+def _native_params():
+    # (name, NR, KU, layout id) of the selected native kernel, or None.
+    name = _ffi.string(_lib.bf16k_kernel_name()).decode()
+    p = _ffi.new("int[3]")
+    if _lib.bf16k_kernel_params(p, p + 1, p + 2) != 0:
+        return None
+    return name, p[1], p[2], int(_lib.bf16k_packed_layout())
+
+
+# Hardware kernel found by the C detection ("none" if there is none).
+HW_KERNEL = _ffi.string(_lib.bf16k_kernel_name()).decode()
+NATIVE_KERNELS = ("generic",) + ((HW_KERNEL,) if HW_KERNEL != "none" else ())
+
+
+def _as_bf16_bits(x, name):
+    # -> ndarray of uint16 (2-D), without copying when possible.
+    x = np.asarray(x)
+    if x.dtype.name == "bfloat16":
+        x = x.view(np.uint16)
+    elif x.dtype != np.uint16:
+        raise ValueError(
+            f"{name} must hold BF16 as uint16 bit patterns or "
+            f"ml_dtypes.bfloat16, got dtype {x.dtype}"
+        )
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {x.shape}")
+    return x
+
+
+class PackedB:
+    """BF16 weights reordered once for the active ``sbgemm`` kernel.
+
+    Build with :func:`pack`; do not construct directly.
+
+    Attributes
+    ----------
+    k, n : int
+        Shape of ``op(B)``: (K, N).
+    layout : str
+        Kernel the data was packed for: ``"fallback"`` (contiguous (K, N)
+        uint16) or a native kernel name (panels of NR columns, k-units of KU).
+    data : ndarray of uint16, shape (K, N) or (ceil(N/NR) * ceil(K/KU) * NR * KU,)
+        The packed bit patterns.
+    """
+
+    __slots__ = ("k", "n", "layout", "data", "_nr", "_ku", "_layout_id")
+
+    def __init__(self, k, n, layout, data, nr=0, ku=0, layout_id=-1):
+        self.k = k
+        self.n = n
+        self.layout = layout
+        self.data = data
+        self._nr = nr
+        self._ku = ku
+        self._layout_id = layout_id
+
+    @property
+    def shape(self):
+        """(K, N): the shape of ``op(B)`` this object stands for."""
+        return (self.k, self.n)
+
+    @property
+    def nbytes(self):
+        """Bytes held by the packed data."""
+        return self.data.nbytes
+
+    def __repr__(self):
+        return f"PackedB(k={self.k}, n={self.n}, layout={self.layout!r})"
+
+    def to_rowmajor(self):
+        """Return op(B) as ndarray of uint16, shape (K, N), C-contiguous."""
+        if self.layout == "fallback":
+            return self.data
+        k, n, nr, ku = self.k, self.n, self._nr, self._ku
+        kunits = -(-k // ku)
+        panels = -(-n // nr)
+        d = self.data.reshape(panels, kunits, nr, ku)
+        d = d.transpose(1, 3, 0, 2).reshape(kunits * ku, panels * nr)
+        return np.ascontiguousarray(d[:k, :n])  # (K, N)
+
+
+def _initial_kernel():
+    want = os.environ.get(ENV_KERNEL, "").strip().lower()
+    if want == "fallback" or (HW_KERNEL == "none" and want != "generic"):
+        return "fallback"
+    if want == "generic":
+        _check(_lib.bf16k_select_kernel(b"generic"))
+        return "generic"
+    if want not in ("", "auto", HW_KERNEL):
+        warnings.warn(
+            f"{ENV_KERNEL}={want!r} is not available here (choices: 'auto', "
+            f"'fallback', 'generic', {HW_KERNEL!r}); using {HW_KERNEL!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return HW_KERNEL
+
+
+_kernel = _initial_kernel()
+
+
+def _set_num_threads(n):
+    # Worker threads of the native kernel (n <= 0: online CPUs); returns it.
+    return int(_lib.bf16k_set_num_threads(int(n)))
+
+
+def _select_kernel(name):
+    # Testing hook: switch kernels in-process (not while another thread is
+    # in sbgemm); returns the previous name.
+    global _kernel
+    if name != "fallback" and name not in NATIVE_KERNELS:
+        raise ValueError(
+            f"kernel must be one of {('fallback',) + NATIVE_KERNELS}, "
+            f"got {name!r}"
+        )
+    if name != "fallback":
+        _check(_lib.bf16k_select_kernel(name.encode()))
+    prev, _kernel = _kernel, name
+    return prev
+
+
+def kernel_name():
+    """Name of the active kernel.
+
+    Returns
+    -------
+    str
+        ``"avx512bf16"``, ``"bfmmla"`` or ``"fallback"`` (or ``"generic"``,
+        the portable C kernel, when selected for testing).
+    """
+    return _kernel
+
+
+def pack(b, trans_b=False):
+    """Reorder BF16 weights once into the active kernel's layout.
+
+    Parameters
+    ----------
+    b : ndarray of uint16 or ml_dtypes.bfloat16, shape (K, N), or (N, K) if `trans_b`
+        BF16 bit patterns.
+    trans_b : bool
+        If True, `b` is stored transposed (e.g. a PyTorch ``Linear.weight`` of
+        shape (out_features, in_features)) and ``op(B) = b.T``.
+
+    Returns
+    -------
+    PackedB
+        Stands for op(B) of shape (K, N).
+
+    Raises
+    ------
+    ValueError
+        If `b` is not 2-D or not BF16.
+    """
+    b = _as_bf16_bits(b, "b")
+    if _kernel == "fallback":
+        op_b = b.T if trans_b else b  # (K, N)
+        return PackedB(op_b.shape[0], op_b.shape[1], "fallback",
+                       np.array(op_b, dtype=np.uint16, order="C"))  # a copy
+    return _native_pack(b, trans_b)
+
+
+def _native_pack(b, trans_b):
+    # b: stored (K, N) or (N, K) uint16 -> PackedB for the selected kernel.
+    name, nr, ku, layout_id = _native_params()
+    b = np.ascontiguousarray(b)
+    ld = b.shape[1]
+    k, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    rs, cs = (1, ld) if trans_b else (ld, 1)  # op(B)[kk, j] = b[kk*rs + j*cs]
+    length = _check(_lib.bf16k_packed_b_len(k, n))
+    data = np.empty(length, dtype=np.uint16)  # panels * kunits * NR * KU
+    _check(_lib.bf16k_pack_b(
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(b)), k, n, rs, cs,
+        _ffi.cast("uint16_t *", _ffi.from_buffer(data, require_writable=True)),
+        length))
+    return PackedB(k, n, name, data, nr, ku, layout_id)
+
+
+def _check_args(a, b, c, trans_a, trans_b):
+    a = _as_bf16_bits(a, "a")
+    op_a = a.T if trans_a else a  # (M, K)
+    m, k = op_a.shape
+    if isinstance(b, PackedB):
+        if trans_b:
+            raise ValueError("trans_b must be False when b is a PackedB "
+                             "(transposition is fixed at pack time)")
+        kb, n = b.k, b.n
+    else:
+        b = _as_bf16_bits(b, "b")
+        kb, n = b.T.shape if trans_b else b.shape
+    if kb != k:
+        raise ValueError(
+            f"inner dimensions differ: op(a) is {m}x{k}, op(b) is {kb}x{n}"
+        )
+    if c is not None:
+        if not isinstance(c, np.ndarray) or c.dtype != np.float32:
+            raise ValueError(
+                f"c must be an ndarray of float32, got "
+                f"{getattr(c, 'dtype', type(c).__name__)}"
+            )
+        if not c.flags.writeable:
+            raise ValueError("c must be writeable")
+        if c.shape != (m, n):
+            raise ValueError(f"c must have shape {(m, n)}, got {c.shape}")
+    return op_a, b, m, n, k
+
+
+def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+    """BF16 matrix multiply with fp32 accumulation: C = alpha*op(A)@op(B) + beta*C.
+
+    Follows the OpenBLAS ``cblas_sbgemm`` interface (row-major): inputs are
+    BF16, accumulation and output are fp32.
+
+    Parameters
+    ----------
+    a : ndarray of uint16 or ml_dtypes.bfloat16, shape (M, K), or (K, M) if `trans_a`
+        BF16 bit patterns.
+    b : ndarray of uint16 or ml_dtypes.bfloat16, shape (K, N), or (N, K) if `trans_b`; or PackedB
+        BF16 bit patterns, or weights from :func:`pack`.
+    c : ndarray of float32, shape (M, N), optional
+        Output; updated in place when given (any strides).  If None a new
+        array is returned and `beta` is ignored.
+    alpha, beta : float
+        Scalars (converted to fp32).  With ``beta == 0`` `c` is not read, so
+        NaN/inf in it do not propagate (BLAS convention).
+    trans_a, trans_b : bool
+        Use the transpose of `a` / `b`.
+
+    Returns
+    -------
+    ndarray of float32, shape (M, N)
+        `c` itself when given, else a new C-contiguous array.
+
+    Raises
+    ------
+    ValueError
+        On bad dtype, rank or shape (the message gives got vs expected), a
+        read-only `c`, or `trans_b` with a PackedB.
+    Bf16KernelError
+        If the native kernel reports an error (e.g. out of memory).
+
+    Notes
+    -----
+    Error bound: the BF16 inputs are exact and every product ``a_ik*b_kj``
+    is exact in fp32 (8 + 8 significand bits <= 24), so the only error is
+    fp32 summation: ``|C - C_exact| <= gamma_n * (|alpha| * sum_k |a_ik b_kj|
+    + |beta c_ij|)`` with ``gamma_n = n*u/(1 - n*u)``, ``u = 2**-24``,
+    ``n <= 2K + 4`` for every kernel here.  The AVX512-BF16 and BFMMLA
+    instructions flush BF16 subnormal inputs and fp32 subnormal results to
+    zero (Intel SDM ``VDPBF16PS``), which adds an absolute error below
+    ``K * 2**-126 * max|operand|``.
+    """
+    op_a, b, m, n, k = _check_args(a, b, c, trans_a, trans_b)
+    alpha = float(alpha)
+    beta = float(beta)
+    out = c if c is not None else np.empty((m, n), dtype=np.float32)
+    if c is None:
+        beta = 0.0
+    if _kernel == "fallback":
+        _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b)
+        return out
+    if isinstance(b, PackedB) and b.layout != _kernel:
+        b = _native_pack(b.to_rowmajor(), False)
+    elif not isinstance(b, PackedB):
+        b = _native_pack(b, trans_b)
+    # Stored a made C-contiguous; op(A)[i, kk] = a[i*a_rs + kk*a_cs].
+    a_st = np.ascontiguousarray(op_a.T if trans_a else op_a)
+    lda = a_st.shape[1]
+    a_rs, a_cs = (1, lda) if trans_a else (lda, 1)
+    direct = out.flags.c_contiguous
+    dst = out if direct else np.ascontiguousarray(out)  # (M, N)
+    _check(_lib.bf16k_sbgemm_packed(
+        m, n, k, alpha,
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(a_st)), a_rs, a_cs,
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(b.data)), b.data.size,
+        b._layout_id, beta,
+        _ffi.cast("float *", _ffi.from_buffer(dst, require_writable=True)), n))
+    if not direct:
+        out[...] = dst
+    return out
+
+
+def _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b):
+    # op_a: (M, K) uint16 view; b: PackedB or uint16 array; out: (M, N) fp32.
+    if isinstance(b, PackedB):
+        op_b = b.to_rowmajor()  # (K, N)
+    else:
+        op_b = b.T if trans_b else b  # (K, N)
+    acc = np.zeros((m, n), dtype=np.float32)  # (M, N)
+    if k > 0 and n > 0 and m > 0:
+        kb = _FB_KB
+        nb = max(64, _FB_BLOCK_BYTES // (4 * kb))
+        for k0 in range(0, k, kb):
+            k1 = min(k, k0 + kb)
+            a_blk = to_float32(op_a[:, k0:k1])  # (M, kb)
+            for n0 in range(0, n, nb):
+                n1 = min(n, n0 + nb)
+                b_blk = to_float32(op_b[k0:k1, n0:n1])  # (kb, nb)
+                acc[:, n0:n1] += a_blk @ b_blk
+    if alpha != 1.0:
+        acc *= np.float32(alpha)
+    if beta == 0.0:
+        out[...] = acc
+    else:
+        out *= np.float32(beta)
+        out += acc
+    return out

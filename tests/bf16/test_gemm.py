@@ -1,0 +1,318 @@
+"""sbgemm against a float64 reference, on the hardware kernel and the fallback.
+
+Error bound used throughout (see ``bound()``): inputs are exact BF16 values
+and a product of two BF16 values has at most 8 + 8 significand bits, so it
+is exact in fp32.  The kernels therefore only add fp32 roundings: each entry
+goes through at most K - 1 additions in the dot product, plus, per K block,
+one multiply by alpha and one accumulation into C, plus beta*c and the final
+add.  With KC >= 2 k values per block that is fewer than n = 2K + 4
+roundings, so by the standard summation bound (Higham, Accuracy and
+Stability, Lemma 3.1 / eq. 3.5)
+
+    |C - C_exact| <= gamma_n * (|alpha| * sum_k |a_ik b_kj| + |beta c_ij|),
+    gamma_n = n*u / (1 - n*u),  u = 2**-24.
+
+The float64 reference adds its own error below K * 2**-53 * sum|a||b|, which
+the bound absorbs via ``n + 1``.  Inputs are normal BF16 values with
+exponents in [-20, 20], so no product or nonzero partial sum is subnormal
+and the hardware's flush-to-zero of subnormals never applies.
+"""
+
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pycds.bf16 import _kernels  # noqa: F401  (must import: no silent skip)
+from pycds.bf16 import gemm
+from pycds.bf16.convert import to_bf16, to_float32
+
+U = 2.0**-24
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def bound(k, alpha, beta, a, b, c0):
+    # Elementwise error bound for alpha*A@B + beta*C0 (see module docstring).
+    n = 2 * k + 5
+    gamma = n * U / (1 - n * U)
+    s = abs(alpha) * (np.abs(a) @ np.abs(b))  # (M, N) float64
+    if c0 is not None:
+        s = s + abs(beta) * np.abs(c0)
+    return gamma * s
+
+
+def rand_bf16(rng, shape, emax=20):
+    # Normal BF16 values: random sign and significand, exponent in [-emax, emax].
+    mant = rng.uniform(1.0, 2.0, size=shape)
+    exp = rng.integers(-emax, emax + 1, size=shape)
+    sign = rng.choice([-1.0, 1.0], size=shape)
+    return to_bf16((sign * np.ldexp(mant, exp)).astype(np.float32))
+
+
+def reference(a, b, c0, alpha, beta):
+    # a: (M, K) uint16, b: (K, N) uint16, c0: (M, N) float32 or None.
+    af = to_float32(a).astype(np.float64)
+    bf = to_float32(b).astype(np.float64)
+    ref = alpha * (af @ bf)
+    if c0 is not None and beta != 0.0:
+        ref = ref + beta * c0.astype(np.float64)
+    return ref, af, bf
+
+
+@pytest.fixture(params=["hw", "generic", "fallback"])
+def kernel(request):
+    """Run the test on the hardware kernel, the portable C kernel (same
+    native driver: packing, threads, blocking) and the numpy fallback."""
+    if request.param == "hw":
+        if gemm.HW_KERNEL == "none":
+            pytest.skip("this CPU has no AVX512-BF16 / BFMMLA; the driver is "
+                        "covered by 'generic' here and BFMMLA under qemu")
+        name = gemm.HW_KERNEL
+    else:
+        name = request.param
+    prev = gemm._select_kernel(name)
+    yield name
+    gemm._select_kernel(prev)
+
+
+def check(got, a, b, c0, alpha, beta):
+    ref, af, bf = reference(a, b, c0, alpha, beta)
+    err = np.abs(got.astype(np.float64) - ref)
+    lim = bound(a.shape[1], alpha, beta, af, bf, c0)
+    worst = np.max(err - lim) if err.size else 0.0
+    assert worst <= 0.0, f"error exceeds bound by {worst:g}"
+
+
+@st.composite
+def cases(draw):
+    m = draw(st.one_of(st.just(1), st.integers(1, 40)))
+    n = draw(st.integers(1, 80))
+    k = draw(st.one_of(st.integers(0, 3), st.integers(1, 300)))
+    return dict(
+        m=m, n=n, k=k,
+        trans_a=draw(st.booleans()),
+        trans_b=draw(st.booleans()),
+        alpha=draw(st.sampled_from([1.0, -1.0, 0.5, 2.5, 0.1])),
+        beta=draw(st.sampled_from([0.0, 1.0, -0.75, 3.0])),
+        give_c=draw(st.booleans()),
+        packed=draw(st.booleans()),
+        ml=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+class TestSbgemmRandom:
+    @settings(max_examples=80, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(case=cases())
+    def test_against_float64(self, kernel, case):
+        rng = np.random.default_rng(case["seed"])
+        m, n, k = case["m"], case["n"], case["k"]
+        a = rand_bf16(rng, (m, k))  # (M, K)
+        b = rand_bf16(rng, (k, n))  # (K, N)
+        a_in = np.ascontiguousarray(a.T) if case["trans_a"] else a
+        b_in = np.ascontiguousarray(b.T) if case["trans_b"] else b
+        if case["ml"]:
+            a_in = a_in.view(ml_dtypes.bfloat16)
+            b_in = b_in.view(ml_dtypes.bfloat16)
+        if case["packed"]:
+            b_in = gemm.pack(b_in, trans_b=case["trans_b"])
+            tb = False
+        else:
+            tb = case["trans_b"]
+        c0 = None
+        if case["give_c"]:
+            c0 = rng.standard_normal((m, n)).astype(np.float32)
+            c = c0.copy()
+            out = gemm.sbgemm(a_in, b_in, c, case["alpha"], case["beta"],
+                              trans_a=case["trans_a"], trans_b=tb)
+            assert out is c
+        else:
+            out = gemm.sbgemm(a_in, b_in, alpha=case["alpha"],
+                              beta=case["beta"], trans_a=case["trans_a"],
+                              trans_b=tb)
+        assert out.dtype == np.float32 and out.shape == (m, n)
+        check(out, a, b, c0, case["alpha"], case["beta"] if c0 is not None
+              else 0.0)
+
+
+class TestSbgemmShapes:
+    @pytest.mark.parametrize("m", [1, 8])
+    def test_inference_rows_packed(self, kernel, m):
+        # Small-batch inference: M in {1, 8} rows, packed (K, N) weights.
+        rng = np.random.default_rng(m)
+        K, N = 1000, 777
+        a = rand_bf16(rng, (m, K))
+        w = rand_bf16(rng, (N, K))  # Linear.weight layout (out, in)
+        pw = gemm.pack(w, trans_b=True)
+        assert pw.shape == (K, N)
+        check(gemm.sbgemm(a, pw), a, np.ascontiguousarray(w.T), None, 1.0, 0)
+
+    @pytest.mark.parametrize("m, n, k", [(300, 200, 700), (2000, 20, 500),
+                                         (97, 33, 1025), (60, 300, 64),
+                                         (30, 520, 34), (20, 1100, 1600)])
+    def test_blocking_and_threads(self, kernel, m, n, k):
+        # Covers: 2 threads split over M rows (A read in place when a thread
+        # feeds <= 8 B panels) or over N panels (few rows), packed A (odd K,
+        # or > 8 panels per thread), and several K blocks.
+        rng = np.random.default_rng(m + n + k)
+        a, b = rand_bf16(rng, (m, k)), rand_bf16(rng, (k, n))
+        c0 = rng.standard_normal((m, n)).astype(np.float32)
+        c = c0.copy()
+        gemm.sbgemm(a, b, c, alpha=-0.5, beta=2.0)
+        check(c, a, b, c0, -0.5, 2.0)
+
+    @pytest.mark.parametrize("threads", [1, 3])
+    def test_thread_counts(self, kernel, threads):
+        rng = np.random.default_rng(threads)
+        a, b = rand_bf16(rng, (150, 400)), rand_bf16(rng, (400, 300))
+        assert gemm._set_num_threads(threads) == threads
+        try:
+            check(gemm.sbgemm(a, b), a, b, None, 1.0, 0.0)
+        finally:
+            gemm._set_num_threads(0)  # back to the default: online CPUs
+
+    @pytest.mark.parametrize("trans_b", [False, True])
+    def test_pack_large_roundtrip(self, kernel, trans_b):
+        # Large enough for the two-thread packing path; odd K and N.
+        rng = np.random.default_rng(9)
+        b = rng.integers(0, 1 << 16, (701, 999), dtype=np.uint32)
+        b = b.astype(np.uint16)  # (K, N) arbitrary bit patterns
+        stored = np.ascontiguousarray(b.T) if trans_b else b
+        assert np.array_equal(gemm.pack(stored, trans_b).to_rowmajor(), b)
+
+    def test_beta_zero_ignores_nan_in_c(self, kernel):
+        rng = np.random.default_rng(5)
+        a, b = rand_bf16(rng, (9, 40)), rand_bf16(rng, (40, 50))
+        c = np.full((9, 50), np.nan, dtype=np.float32)
+        gemm.sbgemm(a, b, c, beta=0.0)
+        check(c, a, b, None, 1.0, 0.0)
+
+    def test_noncontiguous_c_updated_in_place(self, kernel):
+        rng = np.random.default_rng(6)
+        a, b = rand_bf16(rng, (10, 64)), rand_bf16(rng, (64, 30))
+        big = rng.standard_normal((10, 90)).astype(np.float32)
+        view = big[:, ::3]  # (10, 30), strided
+        c0 = view.copy()
+        out = gemm.sbgemm(a, b, view, alpha=1.0, beta=1.0)
+        assert out is view
+        check(big[:, ::3], a, b, c0, 1.0, 1.0)
+
+    def test_k_zero_scales_c(self, kernel):
+        a = np.zeros((3, 0), np.uint16)
+        b = np.zeros((0, 4), np.uint16)
+        c = np.ones((3, 4), np.float32)
+        gemm.sbgemm(a, b, c, beta=0.5)
+        assert np.all(c == 0.5)
+        assert np.all(gemm.sbgemm(a, b) == 0.0)
+
+    def test_empty_m_n(self, kernel):
+        assert gemm.sbgemm(np.zeros((0, 5), np.uint16),
+                           np.zeros((5, 3), np.uint16)).shape == (0, 3)
+        assert gemm.sbgemm(np.zeros((2, 5), np.uint16),
+                           np.zeros((5, 0), np.uint16)).shape == (2, 0)
+
+    def test_packed_b_from_other_kernel(self):
+        # A PackedB made under one kernel still works under every other.
+        rng = np.random.default_rng(7)
+        a, b = rand_bf16(rng, (5, 70)), rand_bf16(rng, (70, 45))
+        names = ("fallback",) + gemm.NATIVE_KERNELS
+        prev = gemm.kernel_name()
+        try:
+            packed = {}
+            for name in names:
+                gemm._select_kernel(name)
+                packed[name] = gemm.pack(b)
+                assert packed[name].layout == name
+                assert np.array_equal(packed[name].to_rowmajor(), b)
+            for name in names:
+                gemm._select_kernel(name)
+                for p in packed.values():
+                    check(gemm.sbgemm(a, p), a, b, None, 1.0, 0.0)
+        finally:
+            gemm._select_kernel(prev)
+
+
+class TestErrors:
+    def test_shape_mismatch(self):
+        with pytest.raises(ValueError, match="inner dimensions"):
+            gemm.sbgemm(np.zeros((2, 3), np.uint16), np.zeros((4, 5), np.uint16))
+
+    def test_dtype(self):
+        with pytest.raises(ValueError, match="got dtype float32"):
+            gemm.sbgemm(np.zeros((2, 3), np.float32), np.zeros((3, 5), np.uint16))
+
+    def test_rank(self):
+        with pytest.raises(ValueError, match="2-D"):
+            gemm.pack(np.zeros((2, 3, 4), np.uint16))
+
+    def test_bad_c(self):
+        a, b = np.zeros((2, 3), np.uint16), np.zeros((3, 5), np.uint16)
+        with pytest.raises(ValueError, match=r"shape \(2, 5\)"):
+            gemm.sbgemm(a, b, np.zeros((5, 2), np.float32))
+        with pytest.raises(ValueError, match="float32"):
+            gemm.sbgemm(a, b, np.zeros((2, 5), np.float64))
+
+    def test_trans_b_with_packed(self):
+        p = gemm.pack(np.zeros((3, 5), np.uint16))
+        with pytest.raises(ValueError, match="trans_b"):
+            gemm.sbgemm(np.zeros((2, 3), np.uint16), p, trans_b=True)
+
+    def test_native_error_codes_raise(self):
+        ffi, lib = _kernels.ffi, _kernels.lib
+        layout = lib.bf16k_packed_layout()
+        rc = lib.bf16k_sbgemm_packed(2, 2, 2, 1.0, ffi.NULL, 2, 1, ffi.NULL,
+                                     0, layout, 0.0, ffi.NULL, 2)
+        assert rc == -2
+        with pytest.raises(gemm.Bf16KernelError, match="invalid argument"):
+            gemm._check(rc)
+        rc = lib.bf16k_sbgemm_packed(2, 2, 2, 1.0, ffi.NULL, 2, 1, ffi.NULL,
+                                     0, layout + 1, 0.0, ffi.NULL, 2)
+        assert rc == -5  # packed B made for another kernel
+        with pytest.raises(MemoryError):
+            gemm._check(-1)
+        assert lib.bf16k_select_kernel(b"no-such-kernel") == -3
+
+    def test_native_bad_lengths(self):
+        ffi, lib = _kernels.ffi, _kernels.lib
+        b = np.zeros((4, 40), np.uint16)
+        short = np.zeros(3, np.uint16)
+        rc = lib.bf16k_pack_b(ffi.cast("const uint16_t *", ffi.from_buffer(b)),
+                              4, 40, 40, 1,
+                              ffi.cast("uint16_t *", ffi.from_buffer(short)),
+                              short.size)
+        assert rc == -2
+
+
+class TestDispatch:
+    def test_kernel_name(self):
+        assert gemm.kernel_name() in ("avx512bf16", "bfmmla", "fallback",
+                                      "generic")
+        assert gemm.HW_KERNEL in ("avx512bf16", "bfmmla", "none")
+
+    def test_this_machine_has_avx512bf16(self):
+        # The dev machine advertises avx512_bf16; the C detection must agree.
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+        if " avx512_bf16" in flags and " avx512bw" in flags:
+            assert gemm.HW_KERNEL == "avx512bf16"
+
+    @pytest.mark.parametrize("value, want", [("fallback", "fallback"),
+                                             ("generic", "generic"),
+                                             ("auto", None)])
+    def test_env_override(self, value, want):
+        env = dict(os.environ, PYCDS_BF16_KERNEL=value)
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        out = subprocess.run(
+            [sys.executable, "-c",
+             "from pycds.bf16 import gemm; print(gemm.kernel_name())"],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        want = want or (gemm.HW_KERNEL if gemm.HW_KERNEL != "none"
+                        else "fallback")
+        assert out == want
