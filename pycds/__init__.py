@@ -44,7 +44,8 @@ def _dump(module_list="", archive=""):
     from . import _config, _log, dump
     if module_list:
         with open(module_list, encoding="utf-8") as f:
-            names = [line.strip() for line in f if line.strip()]
+            names = [line.strip() for line in f
+                     if line.strip() and not line.lstrip().startswith("#")]
         for name in names:
             if name == "__main__" or name in __import__("sys").modules:
                 continue

@@ -198,6 +198,7 @@ class Index:
                 raise FormatError("not a regular file")
             if check_owner:
                 _check_owner(st)
+                _check_directory(path)
             h = Header.parse(os.pread(fd, HEADER_SIZE, 0), st.st_size)
             meta_b = os.pread(fd, h.meta_len, h.meta_off)
             if checksum(meta_b, h.archive_id) != h.meta_sum:
@@ -284,6 +285,19 @@ class Index:
 
 def _S_ISREG(mode):
     return (mode & 0o170000) == 0o100000
+
+
+def _check_directory(path):
+    """Refuse an archive in a directory anyone may replace it in: writable
+    by others without the sticky bit (as /tmp has)."""
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        mode = os.stat(d).st_mode
+    except OSError as e:
+        raise FormatError(f"cannot stat its directory ({e.strerror})") from None
+    if mode & 0o002 and not mode & 0o1000:
+        raise FormatError(f"its directory {d} is writable by others "
+                          f"(mode {mode & 0o7777:o}, no sticky bit)")
 
 
 def _check_owner(st):

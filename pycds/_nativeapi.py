@@ -88,12 +88,15 @@ class NativeArchive:
             layout.encode(), out), "open")
         self._a = out[0]
         _check(lib.pycds_archive_set_verify(self._a, bool(verify)), "verify")
-        self._info = ffi.new("pycds_chunk_info *")
 
     def load(self, entry):
         """Return the code object of ``entry`` (a pycds._format.ModuleEntry).
-        Raises NativeError if the chunk is corrupt or fails its fix-ups."""
-        i = self._info
+        Raises NativeError if the chunk is corrupt or fails its fix-ups.
+
+        Thread-safe: the chunk description is built per call (cffi releases
+        the GIL around the C call, so a shared one could be overwritten by
+        another importing thread before C takes the GIL back)."""
+        i = ffi.new("pycds_chunk_info *")
         i.chunk_off = entry.chunk_off
         i.chunk_len = entry.chunk_len
         i.root_off = entry.root_off

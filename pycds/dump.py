@@ -263,7 +263,8 @@ def dump_at_exit(config):
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
                                   dump_session())
     except BaseException as e:
-        _log.warning(f"no archive was written to {config.archive}: {e}")
+        _log.warning(f"no archive was written to {config.archive}: "
+                     f"{str(e) or type(e).__name__}")
         return
     ms = (time.perf_counter() - t0) * 1e3
     _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "

@@ -19,6 +19,7 @@ re-exports); the native module is loaded on the first archive hit.
 """
 
 import _imp
+import _thread
 import os
 import sys
 import time
@@ -67,6 +68,18 @@ class _Archive:
         self.path = index.path
         self.disabled = False
         self._native = None
+        self._open_lock = _thread.allocate_lock()
+
+    def _open_native(self):
+        # One native handle per archive, also when threads import at once:
+        # every module's fix-up state lives in that handle.
+        with self._open_lock:
+            if self._native is None:
+                from . import _nativeapi as N
+                self._native = N.NativeArchive(self.index.fd, self.index.header,
+                                               self.index.meta.get("layout", ""),
+                                               self.verify)
+            return self._native
 
     def disable(self, reason):
         if not self.disabled:
@@ -80,12 +93,10 @@ class _Archive:
             return None
         t0 = time.perf_counter()
         try:
-            if self._native is None:
-                from . import _nativeapi as N
-                self._native = N.NativeArchive(self.index.fd, self.index.header,
-                                               self.index.meta.get("layout", ""),
-                                               self.verify)
-            code = self._native.load(entry)
+            native = self._native
+            if native is None:
+                native = self._open_native()
+            code = native.load(entry)
         except Exception as e:
             code = getattr(e, "code", 0)
             if self._native is None:
@@ -163,6 +174,11 @@ class ArchiveLoader(SourceFileLoader):
         super().__init__(fullname, path)
         self._pycds_entry = entry
         self._pycds_archive = archive
+
+    def __reduce__(self):
+        # Copies and pickles (copy.deepcopy(module.__spec__), say) are plain
+        # SourceFileLoaders: the archive handle belongs to this process.
+        return (SourceFileLoader, (self.name, self.path))
 
     # Start of importlib.abc.InspectLoader interface
 

@@ -307,11 +307,13 @@ class TestDispatch:
                                              ("auto", None)])
     def test_env_override(self, value, want):
         env = dict(os.environ, PYCDS_BF16_KERNEL=value)
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        # The installed package, not the checkout (-c puts the cwd first on
+        # sys.path; the checkout has no compiled kernels of its own).
         out = subprocess.run(
             [sys.executable, "-c",
              "from pycds.bf16 import gemm; print(gemm.kernel_name())"],
             env=env, capture_output=True, text=True, check=True,
+            cwd=os.path.dirname(ROOT),
         ).stdout.strip()
         want = want or (gemm.HW_KERNEL if gemm.HW_KERNEL != "none"
                         else "fallback")

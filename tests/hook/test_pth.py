@@ -39,3 +39,26 @@ class TestPth:
         r = run_python(["-c", "print('fine')"], cwd=tmp_path, PYCDSMODE="SHARE",
                        PYCDSARCHIVE=str(tmp_path))
         assert r.out == "fine\n" and len(r.warnings()) == 1
+
+
+class TestArchiveDirectory:
+    def _archive(self, d):
+        (d / "m.py").write_text("X = 1\n")
+        img = str(d / "arch" / "a.img")
+        run_python(["-c", "import m"], cwd=d, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        return img
+
+    def test_world_writable_directory_is_refused(self, tmp_path):
+        img = self._archive(tmp_path)
+        os.chmod(os.path.dirname(img), 0o777)
+        r = run_python(["-c", "import m; print(m.X)"], cwd=tmp_path,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out == "1\n"
+        assert len(r.warnings()) == 1 and "writable by others" in r.warnings()[0], r
+
+    def test_sticky_world_writable_directory_is_accepted(self, tmp_path):
+        img = self._archive(tmp_path)
+        os.chmod(os.path.dirname(img), 0o1777)
+        r = run_python(["-c", "import m; print(m.X)"], cwd=tmp_path,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.out == "1\n" and "m" in r.served() and not r.warnings(), r
