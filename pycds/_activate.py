@@ -6,11 +6,30 @@ MANUALLY does nothing.  It never raises: a problem is one warning on stderr
 and the program runs as plain Python.  A second call is a no-op.
 """
 
+import _thread
 import sys
 
 from . import _config, _log
 
 _done = False
+
+
+def is_main_interpreter(cheap_only=False):
+    """True unless this is a subinterpreter.  pycds works in the main
+    interpreter only: its native module is single-phase (cffi), which 3.12+
+    refuses to load in isolated subinterpreters, and archives and DUMP
+    sessions belong to the process.  3.12+ answers cheaply; on 3.10/3.11
+    the answer needs an extension module, so ``cheap_only`` says True."""
+    check = getattr(_thread, "_is_main_interpreter", None)
+    if check is not None:
+        return check()
+    if cheap_only:
+        return True
+    try:
+        import _xxsubinterpreters as interpreters
+        return interpreters.get_current() == interpreters.get_main()
+    except Exception:
+        return True
 
 
 def from_env():
@@ -19,6 +38,8 @@ def from_env():
     if _done:
         return None
     _done = True
+    if not is_main_interpreter(cheap_only=True):
+        return None
     try:
         return _activate(_config.from_environ())
     except Exception as e:   # never break start-up

@@ -81,10 +81,13 @@ class _Archive:
                                                self.verify)
             return self._native
 
-    def disable(self, reason):
+    def disable(self, reason, quiet=False):
         if not self.disabled:
             self.disabled = True
-            _log.warning(f"archive {self.path} ignored: {reason}")
+            if quiet:
+                _log.verbose(f"archive {self.path} not used: {reason}", 1)
+            else:
+                _log.warning(f"archive {self.path} ignored: {reason}")
 
     def load_code(self, entry):
         """The archived code object of ``entry``, or None (after a warning
@@ -101,8 +104,12 @@ class _Archive:
             code = getattr(e, "code", 0)
             if self._native is None:
                 # Foreign build, missing native module, bad mapping: the
-                # whole archive is unusable.
-                self.disable(str(e))
+                # whole archive is unusable.  In a subinterpreter of 3.12+
+                # the cffi module refuses to load: that interpreter imports
+                # plainly, as it should (archived objects and the native
+                # state are the main interpreter's), and that is no fault.
+                self.disable(str(e), quiet=isinstance(e, ImportError)
+                             and "subinterpreter" in str(e))
             elif code == -8:   # PYCDS_E_STATE: failed before, said then
                 _fallback(entry.name, "failed to load before")
             elif code in (-1, -10):

@@ -26,7 +26,11 @@ def write_list(path, names):
 
 
 def trace_at_exit(config):
-    """atexit handler of TRACE mode; never raises."""
+    """atexit handler of TRACE mode; never raises; nothing in a
+    subinterpreter."""
+    from ._activate import is_main_interpreter
+    if not is_main_interpreter():
+        return
     try:
         write_list(config.listfile, module_names())
     except BaseException as e:
