@@ -19,7 +19,7 @@ VERSION = "0.1.0"
 
 SOURCES = ["errors.c", "hash.c", "image.c", "layout.c", "writer.c", "loader.c"]
 HEADERS = ["pycds_native.h", "pycds_internal.h", "layout/layout_310.h",
-           "layout/layout_311.h", "layout/layout_312.h", "layout/layout_313.h"]
+           "layout/layout_311.h", "layout/layout_312.h"]
 
 
 def compile_args(platform=sys.platform):

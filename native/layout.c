@@ -47,10 +47,8 @@ unsupported(PyObject *op)
                       Py_TYPE(op)->tp_name);
 }
 
-#if PY_VERSION_HEX >= 0x030D0000
-#  include "layout/layout_313.h"
-#elif PY_VERSION_HEX >= 0x030C0000
-#  include "layout/layout_312.h"
+#if PY_VERSION_HEX >= 0x030C0000
+#  include "layout/layout_312.h"        /* 3.12 and 3.13 */
 #elif PY_VERSION_HEX >= 0x030B0000
 #  include "layout/layout_311.h"
 #else

@@ -1,4 +1,4 @@
-/* layout_312.h -- CPython 3.12 object layout for archived objects.
+/* layout_312.h -- CPython 3.12 and 3.13 object layout for archived objects.
  *
  * Included by layout.c only.  Sources (3.12 branch, checked against the
  * 3.12.1 headers): Include/cpython/code.h (_PyCode_DEF),
@@ -32,7 +32,31 @@
  *     _co_cached, _co_instrumentation_version, _co_monitoring; and code
  *     watchers are told about each new code object.  co_version and the
  *     watchers are handled at load by pycds_layout_after_load().
+ *
+ * What differs in 3.13 (marked PYCDS_313 below; the 3.13 sources are the
+ * same files of the 3.13 branch, checked against the 3.13.0 headers and the
+ * disassembly of its libpython, plus Include/internal/pycore_function.h):
+ *   - code: a new per-process pointer, co_executors (tier-2 executors),
+ *     NULL at creation.  co_version is drawn from the interpreter's
+ *     func_state.next_version (init_code: take it, increment unless 0), which
+ *     3.13 keeps in PyInterpreterState, so the load draws it directly.
+ *     PyFunction_New copies co_version into func_version, the guard of
+ *     specialised calls and the key of the function version cache: a copied
+ *     (stale) value would collide with the dump process's numbering.
+ *   - str interning: unmarshal calls _PyUnicode_InternImmortal (a string
+ *     already interned mortal is made immortal); PyUnicode_InternInPlace does
+ *     the same.  The heap copy of a str is never made the interned one
+ *     (pycds_layout_intern gives the slot an interpreter-owned string): code
+ *     in _PyUnicode_ClearInterned that makes SSTATE_INTERNED_IMMORTAL strings
+ *     mortal again at exit (present in debug builds and later versions; a
+ *     3.13.0 release build leaves them immortal, checked with gdb) would
+ *     free() it.
  */
+#ifdef Py_GIL_DISABLED
+#  error "pycds does not support the free-threaded build (its object header differs)"
+#endif
+#define PYCDS_313 (PY_VERSION_HEX >= 0x030D0000)
+
 #include "internal/pycore_gc.h"
 #include "internal/pycore_code.h"
 #include "internal/pycore_interp.h"
@@ -41,7 +65,11 @@
 #include "internal/pycore_hashtable.h"
 #include "internal/pycore_runtime.h"
 
-#define PYCDS_LAYOUT_NAME "cpython-3.12"
+#if PYCDS_313
+#  define PYCDS_LAYOUT_NAME "cpython-3.13"
+#else
+#  define PYCDS_LAYOUT_NAME "cpython-3.12"
+#endif
 #define PYCDS_STR2(x) #x
 #define PYCDS_STR(x) PYCDS_STR2(x)
 #define PYCDS_LAYOUT_SIZES                                         \
@@ -224,6 +252,9 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     c->_co_cached = NULL;
     c->_co_instrumentation_version = 0;
     c->_co_monitoring = NULL;
+#if PYCDS_313
+    c->co_executors = NULL;
+#endif
     c->co_extra = NULL;
     /* The alignment padding after _co_firsttraceable is never written by
      * init_code: zero it, so no stale process memory reaches the archive
@@ -329,6 +360,21 @@ pycds_layout_intern(PyObject **slot)
 
 /* ---- per-process state of loaded code objects ------------------------ */
 
+#if PYCDS_313
+/* Draw the next code version exactly as init_code does (3.13.0
+ * Objects/codeobject.c): the interpreter's counter, incremented unless it
+ * ran out (0: no more versions; functions then never specialise). */
+static int
+draw_code_version(PyInterpreterState *interp, uint32_t *version)
+{
+    uint32_t v = interp->func_state.next_version;
+    if (v != 0) {
+        interp->func_state.next_version = v + 1;
+    }
+    *version = v;
+    return PYCDS_OK;
+}
+#else
 /* A tiny code object whose replicas draw code versions (never freed). */
 static PyObject *version_source;
 
@@ -358,6 +404,7 @@ draw_code_version(PyInterpreterState *interp, uint32_t *version)
     Py_DECREF(replica);
     return PYCDS_OK;
 }
+#endif
 
 /* notify_code_watchers(PY_CODE_EVENT_CREATE, co) of Objects/codeobject.c. */
 static void
@@ -367,7 +414,13 @@ notify_created(PyInterpreterState *interp, PyCodeObject *co)
     for (int i = 0; bits != 0 && i < CODE_MAX_WATCHERS; i++, bits >>= 1) {
         if ((bits & 1) && interp->code_watchers[i] != NULL) {
             if (interp->code_watchers[i](PY_CODE_EVENT_CREATE, co) < 0) {
+#if PYCDS_313
+                PyErr_FormatUnraisable(
+                    "Exception ignored in %s watcher callback for %R",
+                    "PY_CODE_EVENT_CREATE", (PyObject *)co);
+#else
                 PyErr_WriteUnraisable((PyObject *)co);
+#endif
             }
         }
     }
