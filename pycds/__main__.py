@@ -1,7 +1,8 @@
 """Command line: ``python -m pycds {info,verify,dump,trace} ...``.
 
 ``info ARCHIVE``     header, interpreter, sizes and the modules with their sizes
-``verify ARCHIVE``   modules whose sources changed since the dump (exit 1 if any)
+``verify ARCHIVE``   modules whose sources changed since the dump, or whose
+                     archived data fails its checksum (exit 1 if any)
 ``dump LIST ARCHIVE``  import the modules named in LIST and archive them
                        (the same as ``pycds._dump(LIST, ARCHIVE)``)
 
@@ -17,16 +18,17 @@ import sys
 from . import _format as F
 
 
-def _open(path):
+def _open(path, check_interpreter=True):
     try:
-        return F.Index.open(path, check_owner=False)
+        return F.Index.open(path, check_owner=False,
+                            check_interpreter=check_interpreter)
     except F.FormatError as e:
         print(f"pycds: {path}: {e}", file=sys.stderr)
         raise SystemExit(2)
 
 
 def cmd_info(args):
-    index = _open(args.archive)
+    index = _open(args.archive, check_interpreter=False)
     h, meta = index.header, index.meta
     try:
         entries = index.entries()
@@ -41,6 +43,8 @@ def cmd_info(args):
     print(f"              hexversion {meta.get('hexversion', 0):#x}, "
           f"cache tag {meta.get('cache_tag')}, optimize {meta.get('optimize')}")
     print(f"layout:       {meta.get('layout', '?')}")
+    if index.foreign:
+        print(f"usable here:  no, {index.foreign}")
     print(f"modules:      {h.nmodules}")
     print(f"heap:         {h.heap_len} bytes")
     print(f"relocations:  {h.reloc_count} entries ({4 * h.reloc_count} bytes)")
@@ -62,14 +66,19 @@ def cmd_verify(args):
     except F.FormatError as e:
         print(f"pycds: {args.archive}: {e}", file=sys.stderr)
         return 2
-    stale = 0
+    stale = damaged = 0
     for e in sorted(entries, key=lambda e: e.name):
+        if not index.chunk_intact(e):
+            damaged += 1
+            print(f"{e.name}: archived data fails its checksum")
         reason = _stale(e, args.check)
         if reason is not None:
             stale += 1
             print(f"{e.name}: {reason} ({e.origin})")
     print(f"{stale} of {len(entries)} modules changed since the dump")
-    return 1 if stale else 0
+    if damaged:
+        print(f"{damaged} of {len(entries)} modules damaged in the archive")
+    return 1 if stale or damaged else 0
 
 
 def cmd_dump(args):

@@ -105,7 +105,7 @@ class Header:
     __slots__ = tuple(name for name, _, _ in _FIELDS)
 
     @classmethod
-    def parse(cls, b, file_len):
+    def parse(cls, b, file_len, check_version=True):
         if len(b) < HEADER_SIZE:
             raise FormatError(f"file is {len(b)} bytes, shorter than a header")
         if b[:8] != MAGIC:
@@ -120,7 +120,7 @@ class Header:
         # Checked before the checksum: _imp.source_hash is SipHash-2-4 on
         # 3.10 and SipHash-1-3 from 3.11 on, so another version's header
         # could not even be verified; say which version made it instead.
-        if h.py_hexversion >> 16 != sys.hexversion >> 16:
+        if check_version and h.py_hexversion >> 16 != sys.hexversion >> 16:
             raise FormatError(
                 f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
                 f"this is Python {sys.version_info[0]}.{sys.version_info[1]}")
@@ -197,8 +197,9 @@ class Index:
     block and the bucket table.
     """
 
-    def __init__(self, path, fd, header, meta, buckets):
+    def __init__(self, path, fd, header, meta, buckets, foreign=None):
         self.path = path
+        self.foreign = foreign   # why this interpreter may not use it, or None
         self.fd = fd
         self.header = header
         self.meta = meta
@@ -207,7 +208,7 @@ class Index:
         self._key = header.archive_id
 
     @classmethod
-    def open(cls, path, check_owner=True):
+    def open(cls, path, check_owner=True, check_interpreter=True):
         try:
             # O_NONBLOCK: opening a FIFO (or a device) put at the archive
             # path must not block start-up; it is refused as not a regular
@@ -222,21 +223,26 @@ class Index:
             if check_owner:
                 _check_owner(st)
                 _check_directory(path)
-            h = Header.parse(os.pread(fd, HEADER_SIZE, 0), st.st_size)
+            h = Header.parse(os.pread(fd, HEADER_SIZE, 0), st.st_size,
+                             check_version=check_interpreter)
             meta_b = os.pread(fd, h.meta_len, h.meta_off)
             if checksum(meta_b, h.archive_id) != h.meta_sum:
                 raise FormatError("meta checksum mismatch")
             meta = marshal.loads(meta_b)
             here = meta_for_this_interpreter()
+            foreign = None
             for key, value in here.items():
                 if meta.get(key) != value:
-                    raise FormatError(f"made by another interpreter ({key} "
-                                      f"{meta.get(key)!r}, this is {value!r})")
+                    foreign = (f"made by another interpreter ({key} "
+                               f"{meta.get(key)!r}, this is {value!r})")
+                    if check_interpreter:
+                        raise FormatError(foreign)
+                    break
             buckets = os.pread(fd, h.nbuckets * 8, h.buckets_off)
             if len(buckets) != h.nbuckets * 8 or \
                     checksum(buckets, h.archive_id) != h.buckets_sum:
                 raise FormatError("bucket table checksum mismatch")
-            return cls(path, fd, h, meta, buckets)
+            return cls(path, fd, h, meta, buckets, foreign)
         except FormatError:
             os.close(fd)
             raise
@@ -299,6 +305,19 @@ class Index:
             out.append(entry)
             off += length
         return out
+
+    def chunk_intact(self, entry):
+        """True if ``entry``'s heap chunk and relocation entries still have
+        the checksum the dump recorded (reads them; needs the native
+        module, as the loader does)."""
+        from ._nativeapi import hash64
+        h = self.header
+        chunk = os.pread(self.fd, entry.chunk_len, h.heap_off + entry.chunk_off)
+        relocs = os.pread(self.fd, 4 * entry.reloc_count,
+                          h.reloc_off + 4 * entry.reloc_first)
+        if len(chunk) != entry.chunk_len or len(relocs) != 4 * entry.reloc_count:
+            return False
+        return hash64(relocs, hash64(chunk, h.archive_id)) == entry.chunk_sum
 
     def close(self):
         if self.fd >= 0:

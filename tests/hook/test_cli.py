@@ -1,6 +1,7 @@
 """python -m pycds info / verify / dump."""
 
 import os
+import re
 
 from conftest import run_python
 
@@ -49,3 +50,46 @@ class TestCli:
         s = run_python(["-c", "import email.parser"], cwd=tmp_path, PYCDSMODE="SHARE",
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert "email.parser" in s.served()
+
+
+class TestCliIntegrity:
+    def test_verify_reports_damaged_chunks(self, tmp_path):
+        img = make_archive(tmp_path)
+        import pycds._format as F
+        index = F.Index.open(img)
+        entry = index.lookup("beta")
+        at = index.header.heap_off + entry.chunk_off + entry.chunk_len // 2
+        index.close()
+        with open(img, "r+b") as f:
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0x01]))
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        assert r.rc == 1, r
+        assert "beta: archived data fails its checksum" in r.out
+        assert "alpha:" not in r.out
+        assert re.search(r"^1 of \d+ modules damaged in the archive$", r.out, re.M), r.out
+
+    def test_info_on_foreign_archive_shows_header(self, tmp_path):
+        import marshal
+        img = make_archive(tmp_path)
+        import pycds._format as F
+        index = F.Index.open(img)
+        h, meta = index.header, dict(index.meta)
+        index.close()
+        # same length, so the meta block keeps its size
+        meta["version"] = ("9.99.0 fabricated " + "x" * 500)[:len(meta["version"])]
+        meta_b = marshal.dumps(meta)
+        assert len(meta_b) == h.meta_len
+        data = bytearray(open(img, "rb").read())
+        data[h.meta_off:h.meta_off + h.meta_len] = meta_b
+        h.meta_sum = F.checksum(meta_b, h.archive_id)
+        data[:F.HEADER_SIZE] = h.pack()
+        open(img, "wb").write(data)
+        r = run_python(["-m", "pycds", "info", "-q", img], cwd=tmp_path)
+        assert r.rc == 0, r
+        assert "usable here:  no, made by another interpreter (version" in r.out
+        s = run_python(["-c", "print('ok')"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img)
+        assert s.out == "ok\n" and "made by another interpreter" in s.warnings()[0]
