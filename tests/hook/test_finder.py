@@ -1,0 +1,94 @@
+"""CDSFinder and ArchiveLoader in-process (import state saved and restored)."""
+
+import importlib
+import sys
+
+import pytest
+
+from conftest import import_state, run_python, uncache
+from pycds import _config, _format as F, finder
+
+
+@pytest.fixture
+def archived_pkg(tmp_path):
+    """A package and a module on a private sys.path entry, and an archive of
+    them made by a DUMP run in a fresh interpreter."""
+    (tmp_path / "fpkg").mkdir()
+    (tmp_path / "fpkg" / "__init__.py").write_text("NAME = 'fpkg'\n")
+    (tmp_path / "fpkg" / "sub.py").write_text("def double(x):\n    return 2 * x\n")
+    (tmp_path / "fmod.py").write_text("VALUE = 41 + 1\n")
+    img = str(tmp_path / "f.img")
+    r = run_python(["-c", "import fpkg.sub, fmod"], cwd=tmp_path, PYCDSMODE="DUMP",
+                   PYCDSARCHIVE=img)
+    assert r.rc == 0, r
+    return tmp_path, img
+
+
+def make_finder(img, check="mtime"):
+    return finder.CDSFinder(finder._Archive(F.Index.open(img), check))
+
+
+class TestCDSFinder:
+    def test_hit_returns_path_finders_spec_with_archive_loader(self, archived_pkg):
+        root, img = archived_pkg
+        f = make_finder(img)
+        with import_state(path=[str(root)] + sys.path), uncache("fpkg", "fmod"):
+            spec = f.find_spec("fmod")
+            assert isinstance(spec.loader, finder.ArchiveLoader)
+            assert spec.origin == str(root / "fmod.py") and spec.cached
+            sys.meta_path.insert(0, f)
+            mod = importlib.import_module("fmod")
+            assert mod.VALUE == 42 and mod.__file__ == spec.origin
+            pkg = importlib.import_module("fpkg.sub")
+            assert pkg.double(4) == 8
+            assert sys.modules["fpkg"].__path__ == [str(root / "fpkg")]
+            assert isinstance(sys.modules["fpkg"].__loader__, finder.ArchiveLoader)
+
+    def test_miss_returns_none(self, archived_pkg):
+        _, img = archived_pkg
+        f = make_finder(img)
+        assert f.find_spec("not_in_archive_xyz") is None
+
+    def test_not_on_path_returns_none(self, archived_pkg):
+        _, img = archived_pkg
+        f = make_finder(img)
+        with import_state(path=[p for p in sys.path if p]), uncache("fmod"):
+            assert f.find_spec("fmod") is None
+
+    def test_unchecked_mode_skips_the_stat(self, archived_pkg):
+        root, img = archived_pkg
+        (root / "fmod.py").write_text("VALUE = 'edited'\n")
+        with import_state(path=[str(root)] + sys.path), uncache("fmod"):
+            spec = make_finder(img).find_spec("fmod")
+            assert type(spec.loader) is not finder.ArchiveLoader    # mtime: stale
+            spec = make_finder(img, "unchecked").find_spec("fmod")
+            assert isinstance(spec.loader, finder.ArchiveLoader)
+
+    def test_damaged_index_disables_without_raising(self, archived_pkg):
+        root, img = archived_pkg
+        f = make_finder(img)
+        index = f.archive.index
+        h = index.header
+        with open(img, "r+b") as fh:          # break every index entry's checksum
+            for at in range(h.entries_off + 20, h.entries_off + h.entries_len, 16):
+                fh.seek(at)
+                fh.write(b"\xa5")
+        with import_state(path=[str(root)] + sys.path), uncache("fpkg", "fmod"):
+            results = [f.find_spec(n) for n in ("fmod", "fpkg")]
+        assert f.archive.disabled
+        assert all(s is None or type(s.loader) is not finder.ArchiveLoader for s in results)
+
+
+class TestInstall:
+    def test_install_puts_finder_before_path_finder(self, archived_pkg):
+        from importlib.machinery import PathFinder
+        _, img = archived_pkg
+        cfg = _config.Config(mode=_config.MODE_SHARE, archive=img)
+        with import_state():
+            try:
+                f = finder.install(cfg)
+                assert f is not None and finder.install(cfg) is f
+                assert sys.meta_path.index(f) + 1 == sys.meta_path.index(PathFinder)
+            finally:
+                finder.uninstall()
+            assert f not in sys.meta_path
