@@ -9,6 +9,7 @@
  */
 #define Py_BUILD_CORE 1
 #include "pycds_internal.h"
+#include "internal/pycore_gc.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +46,42 @@ unsupported(PyObject *op)
     return pycds_fail(PYCDS_E_UNSUPPORTED,
                       "cannot archive an object of type %.100s",
                       Py_TYPE(op)->tp_name);
+}
+
+/* Each layout header defines the reference count archived objects get
+ * (3.10/3.11: one no program brings to zero; 3.12+: immortal). */
+static void set_refcnt(pycds_writer *w, uint64_t off);
+
+/* Copy an object's memory and set up its header: reference count and the
+ * ob_type relocation.  Enough for objects without pointers to fix or caches
+ * to reset. */
+static int
+copy_plain(pycds_writer *w, PyObject *op, size_t size, size_t gc_size,
+           uint64_t *off)
+{
+    int rc = copy_raw(w, op, size, gc_size, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    return copy_type_slot(w, *off, op);
+}
+
+/* A tuple: a zeroed (untracked) PyGC_Head, then the items, each copied or
+ * referred to.  The same layout in every supported version; an untracked
+ * tuple of immutable items never needs the GC. */
+static int
+copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(op);
+    int rc = copy_plain(w, op, _PyObject_VAR_SIZE(&PyTuple_Type, n),
+                        sizeof(PyGC_Head), off);
+    for (Py_ssize_t i = 0; rc == PYCDS_OK && i < n; i++) {
+        rc = pycds_w_slot(w, *off + offsetof(PyTupleObject, ob_item)
+                                 + (size_t)i * sizeof(PyObject *),
+                          PyTuple_GET_ITEM(op, i), depth);
+    }
+    return rc;
 }
 
 #if PY_VERSION_HEX >= 0x030C0000

@@ -150,36 +150,6 @@ copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
 }
 
 static int
-copy_fixed(pycds_writer *w, PyObject *op, size_t size, uint64_t *off)
-{
-    int rc = copy_raw(w, op, size, 0, off);
-    if (rc) {
-        return rc;
-    }
-    set_refcnt(w, *off);
-    return copy_type_slot(w, *off, op);
-}
-
-static int
-copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
-{
-    Py_ssize_t n = PyTuple_GET_SIZE(op);
-    size_t size = _PyObject_VAR_SIZE(&PyTuple_Type, n);
-    int rc = copy_raw(w, op, size, sizeof(PyGC_Head), off);
-    if (rc) {
-        return rc;
-    }
-    set_refcnt(w, *off);
-    rc = copy_type_slot(w, *off, op);
-    for (Py_ssize_t i = 0; rc == PYCDS_OK && i < n; i++) {
-        rc = pycds_w_slot(w, *off + offsetof(PyTupleObject, ob_item)
-                                 + (size_t)i * sizeof(PyObject *),
-                          PyTuple_GET_ITEM(op, i), depth);
-    }
-    return rc;
-}
-
-static int
 copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {
     PyCodeObject *src = (PyCodeObject *)op;
@@ -235,10 +205,10 @@ pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
         return copy_long(w, op, off);
     }
     if (PyFloat_CheckExact(op)) {
-        return copy_fixed(w, op, sizeof(PyFloatObject), off);
+        return copy_plain(w, op, sizeof(PyFloatObject), 0, off);
     }
     if (PyComplex_CheckExact(op)) {
-        return copy_fixed(w, op, sizeof(PyComplexObject), off);
+        return copy_plain(w, op, sizeof(PyComplexObject), 0, off);
     }
     if (PyTuple_CheckExact(op)) {
         return copy_tuple(w, op, depth, off);
