@@ -35,25 +35,6 @@ from pycds.bf16 import kernel_name
 from pycds.bf16 import models as M
 
 
-def random_state_dict(shapes, seed=0):
-    # He-scaled weights, batch norms near identity (last BN of each block damped).
-    rng = np.random.default_rng(seed)
-    sd = {}
-    for k, s in shapes.items():
-        if k.endswith("running_var"):
-            sd[k] = rng.uniform(0.5, 1.5, s).astype(np.float32)
-        elif k.endswith("running_mean"):
-            sd[k] = (0.1 * rng.standard_normal(s)).astype(np.float32)
-        elif len(s) == 1 and k.endswith("weight"):
-            damp = 0.3 if (".bn3." in k or "downsample.1" in k) else 1.0
-            sd[k] = (damp * rng.uniform(0.5, 1.0, s)).astype(np.float32)
-        elif len(s) == 1:
-            sd[k] = (0.1 * rng.standard_normal(s)).astype(np.float32)
-        else:
-            sd[k] = rng.standard_normal(s, dtype=np.float32) * np.float32(np.sqrt(2 / np.prod(s[1:])))
-    return sd
-
-
 # --------------------------------------------------------------------------
 # PyTorch twins (torchvision topology and names)
 
@@ -129,7 +110,7 @@ def torch_models():
 
 def build(name, torch_mods):
     shapes = M.resnet50_shapes() if name == "resnet50" else M.alexnet_shapes()
-    sd = random_state_dict(shapes, seed=0)
+    sd = M.random_state_dict(shapes, seed=0)
     ours = (M.ResNet50 if name == "resnet50" else M.AlexNet)(sd)
     contenders = {"pycds.bf16": lambda x: ours(x)}
     if torch_mods is not None:

@@ -55,6 +55,7 @@ __all__ = [
     "alexnet_shapes",
     "resnet50_shapes",
     "lenet_digits_shapes",
+    "random_state_dict",
     "load_state_dict",
     "save_state_dict",
     "load_lenet_digits",
@@ -493,6 +494,42 @@ class LeNetDigits:
 
 # --------------------------------------------------------------------------
 # shipped data
+
+
+def random_state_dict(shapes, seed=0):
+    """Synthetic weights for benchmarks and tests, fp32, with the given names.
+
+    Convolution and linear weights are He-scaled normals (std ``sqrt(2 /
+    fan_in)``); batch norms are near identity, with the last one of each
+    ResNet block (``.bn3.``, ``downsample.1``) damped by 0.3 as in
+    "zero-init residual" practice, so the residual stream stays O(1) through
+    50 layers.  Deterministic for a given ``seed``.
+
+    Parameters
+    ----------
+    shapes : dict of str to tuple of int
+        As returned by :func:`resnet50_shapes`, :func:`alexnet_shapes`, ...
+    seed : int
+
+    Returns
+    -------
+    dict of str to ndarray of float32
+    """
+    rng = np.random.default_rng(seed)
+    sd = {}
+    for k, s in shapes.items():
+        if k.endswith("running_var"):
+            sd[k] = rng.uniform(0.5, 1.5, s).astype(np.float32)
+        elif k.endswith("running_mean"):
+            sd[k] = (0.1 * rng.standard_normal(s)).astype(np.float32)
+        elif len(s) == 1 and k.endswith("weight"):
+            damp = 0.3 if (".bn3." in k or "downsample.1" in k) else 1.0
+            sd[k] = (damp * rng.uniform(0.5, 1.0, s)).astype(np.float32)
+        elif len(s) == 1:
+            sd[k] = (0.1 * rng.standard_normal(s)).astype(np.float32)
+        else:
+            sd[k] = rng.standard_normal(s, dtype=np.float32) * np.float32(np.sqrt(2 / np.prod(s[1:])))
+    return sd
 
 
 def _data_path(name):

@@ -32,33 +32,13 @@ LENET_MIN_ACCURACY = 97.0  # percent, held-out digits; the record says 98.06
 MAX_BF16_DROP = 0.5  # points
 
 
-def random_state_dict(shapes, seed=0):
-    # torchvision names; He-scaled conv/linear weights; BN near identity, last BN of a
-    # block damped (as in "zero-init residual" practice) so the residual stream stays O(1).
-    rng = np.random.default_rng(seed)
-    sd = {}
-    for k, s in shapes.items():
-        if k.endswith("running_var"):
-            sd[k] = rng.uniform(0.5, 1.5, s).astype(np.float32)
-        elif k.endswith("running_mean"):
-            sd[k] = (0.1 * rng.standard_normal(s)).astype(np.float32)
-        elif len(s) == 1 and k.endswith("weight"):
-            damp = 0.3 if (".bn3." in k or "downsample.1" in k) else 1.0
-            sd[k] = (damp * rng.uniform(0.5, 1.0, s)).astype(np.float32)
-        elif len(s) == 1:
-            sd[k] = (0.1 * rng.standard_normal(s)).astype(np.float32)
-        else:
-            sd[k] = rng.standard_normal(s, dtype=np.float32) * np.float32(np.sqrt(2 / np.prod(s[1:])))
-    return sd
-
-
 def rel_err(y, ref):
     return float(np.linalg.norm(np.asarray(y, np.float64) - ref) / np.linalg.norm(ref))
 
 
 @pytest.fixture(scope="module")
 def resnet_sd():
-    sd = random_state_dict(M.resnet50_shapes(), seed=1)
+    sd = M.random_state_dict(M.resnet50_shapes(), seed=1)
     sd.update({k[:-len("running_mean")] + "num_batches_tracked": np.array(7)
                for k in list(sd) if k.endswith("running_mean")})  # torchvision has these; ignored
     return sd
@@ -71,7 +51,7 @@ def resnet(resnet_sd):
 
 @pytest.fixture(scope="module")
 def alexnet_sd():
-    return random_state_dict(M.alexnet_shapes(), seed=2)
+    return M.random_state_dict(M.alexnet_shapes(), seed=2)
 
 
 class TestResNet50:
@@ -114,7 +94,7 @@ class TestResNet50:
         assert rel_err(resnet(x[1:]), ref[1:]) <= 2 * R.U_BF16 * np.sqrt(54)
 
     def test_num_classes_from_fc(self):
-        sd = random_state_dict(M.resnet50_shapes(num_classes=10), seed=5)
+        sd = M.random_state_dict(M.resnet50_shapes(num_classes=10), seed=5)
         model = M.ResNet50(sd)
         assert model.num_classes == 10
         assert model(np.zeros((1, 3, 32, 32), np.float32)).shape == (1, 10)
