@@ -17,8 +17,9 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 VERSION = "0.1.0"
 
-SOURCES = ["errors.c", "hash.c", "image.c", "layout.c", "writer.c", "loader.c"]
-HEADERS = ["pycds_native.h", "pycds_internal.h", "layout/layout_310.h",
+SOURCES = ["errors.c", "hash.c", "image.c", "layout.c", "writer.c", "loader.c",
+           "verify.c", "prefetch.c"]
+HEADERS = ["pycds_native.h", "pycds_internal.h", "archive.h", "layout/layout_310.h",
            "layout/layout_311.h", "layout/layout_312.h"]
 
 
@@ -58,7 +59,7 @@ ffibuilder.set_source(
         ("PYCDS_BUILD_VERSION", '"%s"' % VERSION),
     ],
     extra_compile_args=compile_args(),
-    libraries=["dl"],
+    libraries=["dl", "pthread"],
     py_limited_api=False,
 )
 

@@ -10,11 +10,23 @@
 #define Py_BUILD_CORE 1
 #include "pycds_internal.h"
 #include "internal/pycore_gc.h"
+#if PY_VERSION_HEX >= 0x030D0000
+#  include "internal/pycore_pyhash.h"    /* _Py_HashBytes */
+#endif
 
 #include <stdio.h>
 #include <string.h>
 
 /* ---- helpers common to every layout ------------------------------------ */
+
+/* unicode_hash() in Objects/unicodeobject.c, the same from 3.10 to 3.13:
+ * _Py_HashBytes over the code units, cached in the PyASCIIObject. */
+void
+pycds_layout_str_prehash(PyObject *op)
+{
+    ((PyASCIIObject *)op)->hash = _Py_HashBytes(
+        PyUnicode_DATA(op), PyUnicode_GET_LENGTH(op) * PyUnicode_KIND(op));
+}
 
 /* Reserve size bytes (plus a zeroed GC header for GC types) and copy the
  * object's memory there.  *off is the offset of the PyObject itself. */

@@ -1,10 +1,15 @@
 /* loader.c -- reserves an archive's heap and brings one module's chunk to life.
  *
  * pycds_archive_open() checks that the archive was made by this very
- * interpreter build and reserves address space for the heap: an anonymous
- * MAP_PRIVATE | MAP_NORESERVE mapping, so nothing is read or allocated yet.
- * pycds_archive_load() handles one module, once:
+ * interpreter build, reads and checks its chunk table (one record per
+ * module: where its chunk and relocation entries are, and their checksum)
+ * and reserves address space for the heap: an anonymous MAP_PRIVATE |
+ * MAP_NORESERVE mapping, so nothing of the heap is read or allocated yet.
+ * pycds_archive_load() handles one module, once, in two stages
+ * (archive.h); stage 1 may have run ahead on the read-ahead thread
+ * (prefetch.c):
  *
+ *   stage 1, no GIL:
  *   1. pread() the chunk into its place in the reservation and its relocation
  *      entries into a buffer.  The bytes that are checked are the bytes that
  *      are used, and they are this process's own: a concurrent overwrite or
@@ -19,6 +24,7 @@
  *   3. apply the relocations, bounds-checking each: INTERNAL/INTERN/FROZENSET
  *      add the chunk's address, EXTERNAL adds the image anchor's and must
  *      land inside the interpreter image;
+ *   stage 2, holding the GIL, on the importing thread:
  *   4. re-intern the strings the dump run had interned, and swap SINGLETON
  *      copies for the interpreter's shared instances (layout hooks);
  *   5. build the frozensets from their item tuples (innermost first: entries
@@ -27,10 +33,11 @@
  *      work unmarshal does for each code object (pycds_layout_after_load:
  *      3.12+ code versions and code watchers), and hand it out.
  * A module that fails half way is marked failed and never retried (fix-ups
- * are not idempotent).  All of it runs holding the GIL, which also makes the
- * once-only state safe across threads.
+ * are not idempotent).  The per-module state is guarded by the archive's
+ * mutex (archive.h); imports themselves are serialised by the GIL, which
+ * pycds_archive_load() holds throughout.
  */
-#include "pycds_internal.h"
+#include "archive.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -38,23 +45,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-enum { MOD_NEW = 0, MOD_LOADED = 1, MOD_FAILED = 2 };
-
-struct pycds_archive {
-    int fd;
-    uint8_t *base;            /* mapping of the heap section, or NULL */
-    size_t map_len;
-    uint64_t heap_off, heap_len;
-    uint64_t reloc_off, reloc_count;
-    uint32_t nmodules;
-    uint64_t seed;
-    uint8_t *state;           /* per module: MOD_* */
-    uint64_t (*spans)[2];     /* heap ranges [start, end) read so far */
-    size_t nspans, spancap;
-    PyObject **roots;         /* per module: its code object once loaded */
-    int verify;               /* run verify_chunk() on every load */
-};
 
 static int
 read_full(int fd, void *buf, size_t n, uint64_t off)
@@ -79,9 +69,34 @@ read_full(int fd, void *buf, size_t n, uint64_t off)
     return PYCDS_OK;
 }
 
+/* Check the chunk table: every chunk inside the heap, 8-aligned, after the
+ * previous one (chunks never overlap, so a chunk's pread can never land on
+ * another module's live objects), its root inside it, its relocation
+ * entries inside the table. */
+static int
+check_chunk_table(const pycds_archive *a)
+{
+    uint64_t prev_end = 0;
+    for (uint32_t k = 0; k < a->nmodules; k++) {
+        const pycds_chunk_rec *c = &a->chunks[k];
+        uint64_t end = c->chunk_off + c->chunk_len;
+        if (c->chunk_off % 8 != 0 || c->chunk_off < prev_end
+            || end > a->heap_len || c->zero != 0
+            || c->root_off % 8 != 0
+            || (uint64_t)c->root_off + sizeof(PyObject) > c->chunk_len
+            || c->reloc_first > a->reloc_count
+            || c->reloc_count > a->reloc_count - c->reloc_first) {
+            return pycds_fail(PYCDS_E_CORRUPT, "chunk table entry %u out of range", k);
+        }
+        prev_end = end;
+    }
+    return PYCDS_OK;
+}
+
 int
 pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
                    uint64_t reloc_off, uint64_t reloc_count,
+                   uint64_t chunks_off, uint64_t chunks_sum,
                    uint32_t nmodules, uint64_t seed,
                    const char *layout_id, pycds_archive **out)
 {
@@ -118,16 +133,64 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
         return pycds_fail(PYCDS_E_NOMEM, "cannot allocate archive handle");
     }
     a->fd = -1;
-    a->state = calloc(nmodules ? nmodules : 1, 1);
-    a->roots = calloc(nmodules ? nmodules : 1, sizeof(PyObject *));
-    if (a->state == NULL || a->roots == NULL) {
+    int have_mu = 0, have_done = 0, have_work = 0;
+    size_t n = nmodules ? nmodules : 1;
+    a->state = calloc(n, 1);
+    a->roots = calloc(n, sizeof(PyObject *));
+    a->fixups = calloc(n, sizeof(pycds_fixups *));
+    a->chunks = calloc(n, sizeof(pycds_chunk_rec));
+    if (a->state == NULL || a->roots == NULL || a->fixups == NULL || a->chunks == NULL) {
         rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate module table");
+        goto fail;
+    }
+    pthread_condattr_t ca;
+    if (pthread_mutex_init(&a->mu, NULL) != 0) {
+        rc = pycds_fail(PYCDS_E_NOMEM, "cannot create the archive's mutex");
+        goto fail;
+    }
+    have_mu = 1;
+    if (pthread_condattr_init(&ca) != 0) {
+        rc = pycds_fail(PYCDS_E_NOMEM, "cannot create a condition variable");
+        goto fail;
+    }
+    /* The read-ahead thread's idle timeout is measured on this clock. */
+    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (crc == 0) {
+        crc = pthread_cond_init(&a->done_cv, &ca);
+        have_done = crc == 0;
+    }
+    if (crc == 0) {
+        crc = pthread_cond_init(&a->work_cv, &ca);
+        have_work = crc == 0;
+    }
+    pthread_condattr_destroy(&ca);
+    if (crc != 0) {
+        rc = pycds_fail(PYCDS_E_NOMEM, "cannot create a condition variable");
         goto fail;
     }
     a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (a->fd < 0) {
         rc = pycds_fail(PYCDS_E_IO, "dup of archive fd failed: %s",
                         strerror(errno));
+        goto fail;
+    }
+    a->heap_off = heap_off;
+    a->heap_len = heap_len;
+    a->reloc_off = reloc_off;
+    a->reloc_count = reloc_count;
+    a->nmodules = nmodules;
+    a->seed = seed;
+    size_t tbytes = (size_t)nmodules * sizeof(pycds_chunk_rec);
+    rc = read_full(a->fd, a->chunks, tbytes, chunks_off);
+    if (rc) {
+        goto fail;
+    }
+    if (pycds_hash64(a->chunks, tbytes, seed) != chunks_sum) {
+        rc = pycds_fail(PYCDS_E_CORRUPT, "chunk table checksum mismatch");
+        goto fail;
+    }
+    rc = check_chunk_table(a);
+    if (rc) {
         goto fail;
     }
     if (heap_len > 0) {
@@ -141,12 +204,6 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
         }
         a->base = (uint8_t *)m;
     }
-    a->heap_off = heap_off;
-    a->heap_len = heap_len;
-    a->reloc_off = reloc_off;
-    a->reloc_count = reloc_count;
-    a->nmodules = nmodules;
-    a->seed = seed;
     *out = a;
     return PYCDS_OK;
 
@@ -154,16 +211,25 @@ fail:
     if (a->fd >= 0) {
         close(a->fd);
     }
+    if (have_work) {
+        pthread_cond_destroy(&a->work_cv);
+    }
+    if (have_done) {
+        pthread_cond_destroy(&a->done_cv);
+    }
+    if (have_mu) {
+        pthread_mutex_destroy(&a->mu);
+    }
     free(a->state);
     free(a->roots);
-    free(a->spans);
+    free(a->fixups);
+    free(a->chunks);
     free(a);
     return rc;
 }
 
 static int
-apply_relocations(pycds_archive *a, uint8_t *chunk, uint64_t len,
-                  const uint32_t *rel, uint64_t n)
+apply_relocations(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n)
 {
     uintptr_t anchor = pycds_image_anchor();
     for (uint64_t i = 0; i < n; i++) {
@@ -200,7 +266,6 @@ apply_relocations(pycds_archive *a, uint8_t *chunk, uint64_t len,
         }
         memcpy(chunk + slot, &v, sizeof(v));
     }
-    (void)a;
     return PYCDS_OK;
 }
 
@@ -236,405 +301,164 @@ intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
     return rc;
 }
 
+/* Stage 1, after the relocations: list the slots stage 2 must visit
+ * (INTERN and SINGLETON ones, then FROZENSET ones, each in table order) so
+ * that it does not walk every entry again, check their targets' types
+ * (plain pointer comparisons: no GIL needed), and compute the hash of each
+ * string to be interned (as unicode_hash() would on first use), so that
+ * stage 2 spends its time in the interned dict only. */
 static int
-fixup_objects(uint8_t *chunk, const uint32_t *rel, uint64_t n)
+list_fixups(uint8_t *chunk, uint64_t len, pycds_fixups *f)
 {
-    size_t ninterned = 0;
+    const uint32_t *rel = f->rel;
+    uint64_t n = f->nrel, nstr = 0, nset = 0;
     for (uint64_t i = 0; i < n; i++) {
-        ninterned += (rel[i] & 7u) == PYCDS_RELOC_INTERN;
+        int kind = (int)(rel[i] & 7u);
+        nstr += kind == PYCDS_RELOC_INTERN || kind == PYCDS_RELOC_SINGLETON;
+        nset += kind == PYCDS_RELOC_FROZENSET;
     }
+    f->fix = malloc((size_t)(nstr + nset ? nstr + nset : 1) * sizeof(uint32_t));
+    if (f->fix == NULL) {
+        return pycds_fail(PYCDS_E_NOMEM, "cannot allocate the fix-up list");
+    }
+    uint64_t si = 0, fi = nstr;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t e = rel[i];
+        int kind = (int)(e & 7u);
+        if (kind == PYCDS_RELOC_INTERNAL || kind == PYCDS_RELOC_EXTERNAL) {
+            continue;
+        }
+        PyObject *target = *(PyObject **)(chunk + (e & ~(uint32_t)7u));
+        PyTypeObject *t = Py_TYPE(target);
+        if (kind == PYCDS_RELOC_INTERN) {
+            /* apply_relocations() put the target in the chunk; the string
+             * must fit there too before its code units are hashed. */
+            if (t != &PyUnicode_Type
+                || pycds_object_size(target, len - (uint64_t)((uint8_t *)target - chunk)) == 0) {
+                return pycds_fail(PYCDS_E_CORRUPT, "INTERN slot is not a str");
+            }
+            f->nintern++;
+            pycds_layout_str_prehash(target);
+            f->fix[si++] = e;
+        }
+        else if (kind == PYCDS_RELOC_SINGLETON) {
+            if (!pycds_image_contains(t, sizeof(PyTypeObject))) {
+                return pycds_fail(PYCDS_E_CORRUPT, "slot target has no static type");
+            }
+            f->fix[si++] = e;
+        }
+        else {
+            if (t != &PyTuple_Type) {
+                return pycds_fail(PYCDS_E_CORRUPT, "FROZENSET slot is not a tuple");
+            }
+            f->fix[fi++] = e;
+        }
+    }
+    f->nstr = nstr;
+    f->nset = nset;
+    return PYCDS_OK;
+}
+
+void
+pycds_fixups_free(pycds_fixups *f)
+{
+    if (f != NULL) {
+        free(f->rel);
+        free(f->fix);
+        free(f);
+    }
+}
+
+/* Stage 2: re-intern, shared instances, frozensets (GIL held). */
+static int
+fixup_objects(uint8_t *chunk, const pycds_fixups *f)
+{
     size_t cap = 16;
-    while (cap < 2 * ninterned) {
+    while (cap < 2 * f->nintern) {
         cap *= 2;
     }
     /* Without memory for the memo, intern slot by slot: same result. */
-    intern_memo *memo = ninterned > 1 ? calloc(cap, sizeof(intern_memo)) : NULL;
+    intern_memo *memo = f->nintern > 1 ? calloc(cap, sizeof(intern_memo)) : NULL;
     int rc = PYCDS_OK;
     /* Strings and shared instances first: a frozenset must be built from
      * the very objects a fresh unmarshal would give it. */
-    for (uint64_t i = 0; rc == PYCDS_OK && i < n; i++) {
-        int kind = (int)(rel[i] & 7u);
-        if (kind == PYCDS_RELOC_INTERN || kind == PYCDS_RELOC_SINGLETON) {
-            PyObject **slot = (PyObject **)(chunk + (rel[i] & ~(uint32_t)7u));
-            if (!pycds_image_contains(Py_TYPE(*slot), sizeof(PyTypeObject))) {
-                rc = pycds_fail(PYCDS_E_CORRUPT, "slot target has no static type");
-                break;
-            }
-            if (kind == PYCDS_RELOC_SINGLETON) {
-                rc = pycds_layout_use_singleton(slot);
-            }
-            else if (!PyUnicode_CheckExact(*slot)) {
-                rc = pycds_fail(PYCDS_E_CORRUPT, "INTERN slot is not a str");
-            }
-            else {
-                rc = intern_cached(memo, cap - 1, slot);
-            }
+    for (uint64_t i = 0; rc == PYCDS_OK && i < f->nstr; i++) {
+        uint32_t e = f->fix[i];
+        PyObject **slot = (PyObject **)(chunk + (e & ~(uint32_t)7u));
+        if ((e & 7u) == PYCDS_RELOC_SINGLETON) {
+            rc = pycds_layout_use_singleton(slot);
+        }
+        else {
+            rc = intern_cached(memo, cap - 1, slot);
         }
     }
     free(memo);
-    if (rc) {
-        return rc;
-    }
-    for (uint64_t i = 0; i < n; i++) {
-        if ((rel[i] & 7u) == PYCDS_RELOC_FROZENSET) {
-            PyObject **slot = (PyObject **)(chunk + (rel[i] & ~(uint32_t)7u));
-            if (!PyTuple_CheckExact(*slot)) {
-                return pycds_fail(PYCDS_E_CORRUPT, "FROZENSET slot is not a tuple");
-            }
-            /* New reference, owned by the archive for good. */
-            PyObject *fs = PyFrozenSet_New(*slot);
-            if (fs == NULL) {
-                return pycds_fail_python("rebuilding a frozenset");
-            }
-            *slot = fs;
+    for (uint64_t i = f->nstr; rc == PYCDS_OK && i < f->nstr + f->nset; i++) {
+        PyObject **slot = (PyObject **)(chunk + (f->fix[i] & ~(uint32_t)7u));
+        /* New reference, owned by the archive for good. */
+        PyObject *fs = PyFrozenSet_New(*slot);
+        if (fs == NULL) {
+            return pycds_fail_python("rebuilding a frozenset");
         }
+        *slot = fs;
     }
-    return PYCDS_OK;
-}
-
-/* ---- structural check ---------------------------------------------------
- *
- * The checksum proves the chunk is the one the dump wrote; this pass proves
- * that what CPython will touch is well formed even if it is not (a re-signed
- * or hostile archive): as marshal.c's r_object only ever builds well-formed
- * objects, every object reachable from the root (and from each INTERN,
- * FROZENSET and SINGLETON slot) must
- *   - have an allowed exact type, and lie wholly inside the chunk (its size
- *     computed from its own header: tuple/bytes/code ob_size, str length and
- *     kind, int digits), with a zeroed (untracked) GC header for tuples;
- *   - have each pointer field (tuple items, the code fields the layout lists)
- *     be a slot that a relocation entry fixed up, pointing at an object of
- *     an allowed type (the exact type the code field needs).
- * External targets (static objects of the image) must have an allowed type.
- * Runs after apply_relocations(), before any object is used.  What it does
- * not check is what CPython does not check in a .pyc either: the bytecode and
- * the code object's scalar fields (see docs/reliability.md).
- */
-
-enum { SLOT_NONE = 0 };   /* else kind + 1 */
-
-#if PY_VERSION_HEX >= 0x030C0000
-#  define PYCDS_LONG_DIGITS long_value.ob_digit
-#else
-#  define PYCDS_LONG_DIGITS ob_digit
-#endif
-
-typedef struct {
-    uint8_t *chunk;
-    uint64_t len;
-    uint8_t *slot_kind;       /* per 8-byte word: SLOT_NONE or kind + 1 */
-    uint8_t *seen;            /* per 8-byte word: object visited */
-    PyObject **stack;
-    size_t depth, cap;
-} verifier;
-
-static int
-is_value_type(PyTypeObject *t)
-{
-    return t == &PyUnicode_Type || t == &PyBytes_Type || t == &PyLong_Type
-           || t == &PyFloat_Type || t == &PyComplex_Type || t == &PyTuple_Type
-           || t == &PyCode_Type || t == &PyBool_Type || t == &PyFrozenSet_Type
-           || t == Py_TYPE(Py_None) || t == Py_TYPE(Py_Ellipsis);
-}
-
-static int
-inside(const verifier *v, const void *p)
-{
-    return (const uint8_t *)p >= v->chunk && (const uint8_t *)p < v->chunk + v->len;
-}
-
-/* Size in bytes of the chunk object op, or 0 if its header is not that of
- * a well-formed object of its type fitting in avail bytes. */
-static size_t
-object_size(PyObject *op, uint64_t avail)
-{
-    PyTypeObject *t = Py_TYPE(op);
-    uint64_t size = 0;
-    if (t == &PyFloat_Type) {
-        size = sizeof(PyFloatObject);
-    }
-    else if (t == &PyComplex_Type) {
-        size = sizeof(PyComplexObject);
-    }
-    else if (avail < sizeof(PyVarObject)) {
-        return 0;
-    }
-    else if (t == &PyTuple_Type || t == &PyBytes_Type || t == &PyCode_Type) {
-        Py_ssize_t n = t->tp_itemsize ? Py_SIZE(op) : 0;
-        if (n < 0 || (uint64_t)n > avail) {
-            return 0;
-        }
-        size = (uint64_t)t->tp_basicsize + (uint64_t)n * (uint64_t)t->tp_itemsize;
-        if (t == &PyBytes_Type && size <= avail
-            && ((PyBytesObject *)op)->ob_sval[n] != '\0') {
-            return 0;
-        }
-    }
-    else if (t == &PyLong_Type) {
-#if PY_VERSION_HEX >= 0x030C0000
-        uint64_t n = (uint64_t)(((PyLongObject *)op)->long_value.lv_tag >> 3);
-#else
-        Py_ssize_t s = Py_SIZE(op);
-        uint64_t n = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s;
-#endif
-        if (n > avail) {
-            return 0;
-        }
-        size = offsetof(PyLongObject, PYCDS_LONG_DIGITS) + sizeof(digit) * (n ? n : 1);
-    }
-    else if (t == &PyUnicode_Type) {
-        if (avail < sizeof(PyASCIIObject)
-            || (avail < sizeof(PyCompactUnicodeObject)
-                && !PyUnicode_IS_COMPACT_ASCII(op))) {
-            return 0;
-        }
-        if (!PyUnicode_IS_COMPACT(op)) {
-            return 0;
-        }
-#if PY_VERSION_HEX < 0x030C0000
-        if (!PyUnicode_IS_READY(op)) {
-            return 0;
-        }
-#endif
-        Py_ssize_t n = PyUnicode_GET_LENGTH(op);
-        unsigned int kind = PyUnicode_KIND(op);
-        if (n < 0 || (uint64_t)n > avail
-            || !(kind == 1 || kind == 2 || kind == 4)
-            || (PyUnicode_IS_ASCII(op) && kind != 1)) {
-            return 0;
-        }
-        size = (PyUnicode_IS_ASCII(op) ? sizeof(PyASCIIObject)
-                                       : sizeof(PyCompactUnicodeObject))
-               + ((uint64_t)n + 1) * kind;
-    }
-    return size <= avail ? (size_t)size : 0;
-}
-
-/* Check the object at p (a slot's target, already relocated); push it if
- * it is in the chunk and new.  want: the exact type needed, or NULL. */
-static int
-check_target(verifier *v, PyObject *p, PyTypeObject *want)
-{
-    if (!inside(v, p)) {
-        /* apply_relocations() put it inside the interpreter image. */
-        if (!pycds_image_contains(p, sizeof(PyObject))
-            || !is_value_type(Py_TYPE(p))
-            || (want != NULL && Py_TYPE(p) != want)) {
-            return pycds_fail(PYCDS_E_CORRUPT,
-                              "external reference to something not a constant");
-        }
-        return PYCDS_OK;
-    }
-    uint64_t off = (uint64_t)((uint8_t *)p - v->chunk);
-    if (off % 8 != 0 || off + sizeof(PyObject) > v->len) {
-        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu is misplaced",
-                          (unsigned long long)off);
-    }
-    PyTypeObject *t = Py_TYPE(p);
-    if (want != NULL && t != want) {
-        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong type",
-                          (unsigned long long)off);
-    }
-    if (v->seen[off / 8]) {
-        return PYCDS_OK;      /* checked when first reached */
-    }
-    /* The types a chunk holds (layout.c copies no others). */
-    if (!(t == &PyUnicode_Type || t == &PyTuple_Type || t == &PyBytes_Type
-          || t == &PyCode_Type || t == &PyLong_Type || t == &PyFloat_Type
-          || t == &PyComplex_Type)) {
-        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong type",
-                          (unsigned long long)off);
-    }
-    size_t size = object_size(p, v->len - off);
-    if (size == 0) {
-        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu is malformed or "
-                          "does not fit in its chunk", (unsigned long long)off);
-    }
-    if (t == &PyTuple_Type) {
-        /* GC header before the object: in the chunk and untracked. */
-        uint64_t gc = 2 * sizeof(uintptr_t);
-        uint64_t zero[2] = {0, 0};
-        if (off < gc || memcmp(v->chunk + off - gc, zero, gc) != 0) {
-            return pycds_fail(PYCDS_E_CORRUPT, "tuple at %llu has a bad GC header",
-                              (unsigned long long)off);
-        }
-    }
-    if (t == &PyUnicode_Type) {
-        int rc = pycds_layout_check_object(p);
-        if (rc) {
-            return rc;
-        }
-    }
-    v->seen[off / 8] = 1;
-    if (t == &PyTuple_Type || t == &PyCode_Type) {
-        if (v->depth == v->cap) {
-            size_t ncap = v->cap ? 2 * v->cap : 256;
-            PyObject **s = realloc(v->stack, ncap * sizeof(*s));
-            if (s == NULL) {
-                return pycds_fail(PYCDS_E_NOMEM, "cannot grow the check stack");
-            }
-            v->stack = s;
-            v->cap = ncap;
-        }
-        v->stack[v->depth++] = p;
-    }
-    return PYCDS_OK;
-}
-
-/* The pointer field at field (inside the chunk): must be a relocated slot
- * (not FROZENSET unless any type is allowed), then its target checked. */
-static int
-check_field(verifier *v, PyObject **field, PyTypeObject *want)
-{
-    uint64_t off = (uint64_t)((uint8_t *)field - v->chunk);
-    uint8_t k = v->slot_kind[off / 8];
-    if (off % 8 != 0 || k == SLOT_NONE
-        || (want != NULL && k == PYCDS_RELOC_FROZENSET + 1)) {
-        return pycds_fail(PYCDS_E_CORRUPT, "pointer at %llu was not relocated",
-                          (unsigned long long)off);
-    }
-    return check_target(v, *field, want);
-}
-
-/* Every item of tuple t (checked already) must be of exact type want. */
-static int
-check_items(verifier *v, PyObject *t, PyTypeObject *want)
-{
-    for (Py_ssize_t i = 0; i < Py_SIZE(t); i++) {
-        PyObject **item = &((PyTupleObject *)t)->ob_item[i];
-        int rc = inside(v, t) ? check_field(v, item, want)
-                              : (Py_TYPE(*item) == want ? PYCDS_OK
-                                 : pycds_fail(PYCDS_E_CORRUPT, "bad static tuple"));
-        if (rc) {
-            return rc;
-        }
-    }
-    return PYCDS_OK;
-}
-
-static int
-verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n,
-             uint64_t root_off)
-{
-    uint8_t *maps = calloc(2 * (len / 8 + 1), 1);
-    verifier v = {chunk, len, maps, maps ? maps + len / 8 + 1 : NULL,
-                  NULL, 0, 0};
-    int rc = PYCDS_OK;
-    if (maps == NULL) {
-        rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the check maps");
-        goto done;
-    }
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t w = (rel[i] & ~(uint32_t)7u) / 8;
-        if (v.slot_kind[w] != SLOT_NONE) {
-            rc = pycds_fail(PYCDS_E_CORRUPT, "two relocations of one slot");
-            goto done;
-        }
-        v.slot_kind[w] = (uint8_t)((rel[i] & 7u) + 1);
-    }
-    rc = check_target(&v, (PyObject *)(chunk + root_off), &PyCode_Type);
-    for (uint64_t i = 0; rc == PYCDS_OK && i < n; i++) {
-        int kind = (int)(rel[i] & 7u);
-        PyObject **slot = (PyObject **)(chunk + (rel[i] & ~(uint32_t)7u));
-        if (kind == PYCDS_RELOC_INTERN) {
-            rc = check_target(&v, *slot, &PyUnicode_Type);
-        }
-        else if (kind == PYCDS_RELOC_FROZENSET) {
-            rc = check_target(&v, *slot, &PyTuple_Type);
-        }
-        else if (kind == PYCDS_RELOC_SINGLETON) {
-            rc = check_target(&v, *slot, NULL);
-        }
-    }
-    const pycds_code_field *fields;
-    size_t nfields = pycds_layout_code_fields(&fields);
-    while (rc == PYCDS_OK && v.depth > 0) {
-        PyObject *op = v.stack[--v.depth];
-        if (Py_TYPE(op) == &PyTuple_Type) {
-            for (Py_ssize_t i = 0; rc == PYCDS_OK && i < Py_SIZE(op); i++) {
-                rc = check_field(&v, &((PyTupleObject *)op)->ob_item[i], NULL);
-            }
-        }
-        else {
-            for (size_t i = 0; rc == PYCDS_OK && i < nfields; i++) {
-                PyObject **f = (PyObject **)((uint8_t *)op + fields[i].offset);
-                rc = check_field(&v, f, fields[i].type);
-                if (rc == PYCDS_OK && fields[i].item_type != NULL) {
-                    rc = check_items(&v, *f, fields[i].item_type);
-                }
-            }
-            if (rc == PYCDS_OK) {
-                rc = pycds_layout_check_object(op);
-            }
-        }
-    }
-done:
-    free(maps);
-    free(v.stack);
     return rc;
 }
 
-static int
-load_chunk(pycds_archive *a, const pycds_chunk_info *c, PyObject **root)
+int
+pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out)
 {
-    uint64_t end = c->chunk_off + c->chunk_len;
-    if (end < c->chunk_off || end > a->heap_len || c->chunk_off % 8 != 0
-        || c->root_off % 8 != 0 || c->root_off + sizeof(PyObject) > c->chunk_len
-        || c->reloc_first + c->reloc_count < c->reloc_first
-        || c->reloc_first + c->reloc_count > a->reloc_count) {
-        return pycds_fail(PYCDS_E_CORRUPT, "module index entry out of range");
-    }
-    /* A chunk is read over its place in the reservation: one overlapping a
-     * chunk read before (index entries of a damaged archive) would
-     * overwrite live objects of another module.  Refuse it first. */
-    for (size_t i = 0; i < a->nspans; i++) {
-        if (c->chunk_off < a->spans[i][1] && a->spans[i][0] < end) {
-            return pycds_fail(PYCDS_E_CORRUPT,
-                              "module chunk overlaps another module's");
-        }
-    }
-    if (a->nspans == a->spancap) {
-        size_t ncap = a->spancap ? 2 * a->spancap : 64;
-        void *p = realloc(a->spans, ncap * sizeof(*a->spans));
-        if (p == NULL) {
-            return pycds_fail(PYCDS_E_NOMEM, "cannot grow the chunk table");
-        }
-        a->spans = p;
-        a->spancap = ncap;
-    }
-    a->spans[a->nspans][0] = c->chunk_off;
-    a->spans[a->nspans][1] = end;
-    a->nspans++;
+    const pycds_chunk_rec *c = &a->chunks[k];
     uint8_t *chunk = a->base + c->chunk_off;
-    int rc = read_full(a->fd, chunk, (size_t)c->chunk_len,
-                       a->heap_off + c->chunk_off);
+    *out = NULL;
+    int rc = read_full(a->fd, chunk, c->chunk_len, a->heap_off + c->chunk_off);
     if (rc) {
         return rc;
     }
+    pycds_fixups *f = calloc(1, sizeof(*f));
     size_t rbytes = (size_t)c->reloc_count * sizeof(uint32_t);
-    uint32_t *rel = malloc(rbytes ? rbytes : 1);
-    if (rel == NULL) {
+    if (f == NULL || (f->rel = malloc(rbytes ? rbytes : 1)) == NULL) {
+        free(f);
         return pycds_fail(PYCDS_E_NOMEM, "cannot allocate relocation buffer");
     }
-    rc = read_full(a->fd, rel, rbytes,
+    f->nrel = c->reloc_count;
+    rc = read_full(a->fd, f->rel, rbytes,
                    a->reloc_off + c->reloc_first * sizeof(uint32_t));
     if (rc == PYCDS_OK) {
-        uint64_t h = pycds_hash64(chunk, (size_t)c->chunk_len, a->seed);
-        h = pycds_hash64(rel, rbytes, h);
+        uint64_t h = pycds_hash64(chunk, c->chunk_len, a->seed);
+        h = pycds_hash64(f->rel, rbytes, h);
         if (h != c->checksum) {
             rc = pycds_fail(PYCDS_E_CORRUPT, "module checksum mismatch");
         }
     }
     if (rc == PYCDS_OK) {
-        rc = apply_relocations(a, chunk, c->chunk_len, rel, c->reloc_count);
-    }
-    if (rc == PYCDS_OK && a->verify) {
-        rc = verify_chunk(chunk, c->chunk_len, rel, c->reloc_count, c->root_off);
+        rc = apply_relocations(chunk, c->chunk_len, f->rel, f->nrel);
     }
     if (rc == PYCDS_OK) {
-        rc = fixup_objects(chunk, rel, c->reloc_count);
+        rc = list_fixups(chunk, c->chunk_len, f);
     }
-    free(rel);
+    if (rc) {
+        pycds_fixups_free(f);
+        return rc;
+    }
+    *out = f;
+    return PYCDS_OK;
+}
+
+/* Stage 2 of module k (GIL held); consumes f. */
+static int
+chunk_stage2(pycds_archive *a, uint32_t k, pycds_fixups *f, PyObject **root)
+{
+    const pycds_chunk_rec *c = &a->chunks[k];
+    uint8_t *chunk = a->base + c->chunk_off;
+    int rc = PYCDS_OK;
+    if (a->verify) {
+        rc = pycds_verify_chunk(chunk, c->chunk_len, f->rel, f->nrel, c->root_off);
+    }
+    if (rc == PYCDS_OK) {
+        rc = fixup_objects(chunk, f);
+    }
+    pycds_fixups_free(f);
     if (rc) {
         return rc;
     }
@@ -652,10 +476,9 @@ load_chunk(pycds_archive *a, const pycds_chunk_info *c, PyObject **root)
 }
 
 int
-pycds_archive_load(pycds_archive *a, uint32_t module_no,
-                   const pycds_chunk_info *chunk, uintptr_t out_list)
+pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
 {
-    if (a == NULL || chunk == NULL || out_list == 0) {
+    if (a == NULL || out_list == 0) {
         return pycds_fail(PYCDS_E_ARG, "bad archive_load arguments");
     }
     if (module_no >= a->nmodules) {
@@ -670,20 +493,40 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no,
         rc = pycds_fail(PYCDS_E_ARG, "out_list is not a list");
         goto done;
     }
-    switch (a->state[module_no]) {
-    case MOD_FAILED:
+    /* Claim the module.  Holding the GIL, this thread is the only importing
+     * one in here; only the read-ahead thread can hold the module BUSY, for
+     * the length of one stage 1. */
+    pthread_mutex_lock(&a->mu);
+    while (a->state[module_no] == MOD_BUSY) {
+        pthread_cond_wait(&a->done_cv, &a->mu);
+    }
+    int s = a->state[module_no];
+    pycds_fixups *fix = NULL;
+    if (s == MOD_NEW || s == MOD_NOPREFETCH || s == MOD_READY) {
+        fix = a->fixups[module_no];
+        a->fixups[module_no] = NULL;
+        a->state[module_no] = MOD_BUSY;
+        pycds_prefetch_schedule(a, module_no);
+    }
+    pthread_mutex_unlock(&a->mu);
+
+    if (s == MOD_FAILED) {
         rc = pycds_fail(PYCDS_E_STATE, "module %u failed to load before", module_no);
         goto done;
-    case MOD_NEW:
-        rc = load_chunk(a, chunk, &a->roots[module_no]);
+    }
+    if (s != MOD_LOADED) {
+        if (s != MOD_READY) {
+            rc = pycds_chunk_stage1(a, module_no, &fix);
+        }
+        if (rc == PYCDS_OK) {
+            rc = chunk_stage2(a, module_no, fix, &a->roots[module_no]);
+        }
+        pthread_mutex_lock(&a->mu);
+        a->state[module_no] = rc ? MOD_FAILED : MOD_LOADED;
+        pthread_mutex_unlock(&a->mu);
         if (rc) {
-            a->state[module_no] = MOD_FAILED;
             goto done;
         }
-        a->state[module_no] = MOD_LOADED;
-        break;
-    default:
-        break;
     }
     if (PyList_Append(list, a->roots[module_no]) < 0) {
         rc = pycds_fail_python("handing out the code object");
@@ -709,6 +552,7 @@ pycds_archive_close(pycds_archive *a)
     if (a == NULL) {
         return PYCDS_OK;
     }
+    pycds_prefetch_shutdown(a);
     for (uint32_t i = 0; i < a->nmodules; i++) {
         if (a->state[i] == MOD_LOADED) {
             /* Objects from this mapping are alive: keep it for good. */
@@ -720,9 +564,16 @@ pycds_archive_close(pycds_archive *a)
         munmap(a->base, a->map_len);
     }
     close(a->fd);
+    for (uint32_t i = 0; i < a->nmodules; i++) {
+        pycds_fixups_free(a->fixups[i]);
+    }
+    pthread_cond_destroy(&a->work_cv);
+    pthread_cond_destroy(&a->done_cv);
+    pthread_mutex_destroy(&a->mu);
     free(a->state);
     free(a->roots);
-    free(a->spans);
+    free(a->fixups);
+    free(a->chunks);
     free(a);
     return PYCDS_OK;
 }

@@ -39,6 +39,15 @@ uintptr_t pycds_image_anchor(void);
 const char *pycds_image_build_id(void);   /* hex, or "" if none */
 const char *pycds_image_path(void);
 
+/* verify.c: the deep structural check of a chunk whose relocations were
+ * applied (loader.c runs it when the archive's verify flag is on).  GIL. */
+int pycds_verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel,
+                       uint64_t n, uint64_t root_off);
+/* Size in bytes of the chunk object op (of a type a chunk holds), or 0 if
+ * its header is not that of a well-formed object fitting in avail bytes.
+ * Reads only op's header; no GIL needed. */
+size_t pycds_object_size(PyObject *op, uint64_t avail);
+
 /* writer.c: services the layout code uses while copying one object. */
 int pycds_w_alloc(pycds_writer *w, size_t size, uint64_t *off);
 void *pycds_w_at(pycds_writer *w, uint64_t off);
@@ -60,6 +69,9 @@ int pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off);
 int pycds_layout_str_interned(PyObject *op);
 /* Re-intern the str in *slot at load (replaces *slot). */
 int pycds_layout_intern(PyObject **slot);
+/* Store in str op's hash cache what unicode_hash() would compute; op was
+ * checked to fit in its chunk.  Pure: callable without the GIL. */
+void pycds_layout_str_prehash(PyObject *op);
 /* Nonzero if op (not in the image, so copied) has a value for which
  * unmarshal hands out an instance the interpreter shares (3.10: small ints,
  * the empty and 1-char latin-1 strs, (), b''); the slot is then recorded as

@@ -86,26 +86,35 @@ int pycds_writer_heap(pycds_writer *w, const uint8_t **data, size_t *len);
 int pycds_writer_relocs(pycds_writer *w, const uint32_t **data, size_t *count);
 void pycds_writer_free(pycds_writer *w);
 
-/* Loader.  pycds_archive_open() dup()s fd (the caller keeps its own), maps
- * the heap section MAP_PRIVATE and checks layout_id against this image.  The
- * handle and its mapping live until pycds_archive_close(); objects handed out
- * by pycds_archive_load() are never freed, so a handle whose modules were
+/* Loader.  pycds_archive_open() dup()s fd (the caller keeps its own), reads
+ * and checks the chunk table (nmodules records at chunks_off, XXH64 with
+ * the archive's seed equal to chunks_sum), reserves address space for the
+ * heap and checks layout_id against this image.  The handle and its
+ * reservation live until pycds_archive_close(); objects handed out by
+ * pycds_archive_load() are never freed, so a handle whose modules were
  * loaded must never be closed (close is for tests and refused archives). */
 int pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
                        uint64_t reloc_off, uint64_t reloc_count,
+                       uint64_t chunks_off, uint64_t chunks_sum,
                        uint32_t nmodules, uint64_t seed,
                        const char *layout_id, pycds_archive **out);
 /* Loads module `module_no` (once; later calls return the same object):
- * reads its chunk into the mapping, verifies the checksum, applies the
+ * reads its chunk into the reservation, verifies the checksum, applies the
  * relocation entries, re-interns strings, rebuilds frozensets, and appends
- * the module's code object to the list `out_list` (a new reference). */
-int pycds_archive_load(pycds_archive *a, uint32_t module_no,
-                       const pycds_chunk_info *chunk, uintptr_t out_list);
-/* Turn the deep structural check of every loaded chunk (verify_chunk in
- * loader.c) on or off (default off).  Checksums and relocation bounds are
- * always checked; the deep check guards against re-signed, crafted archives
- * at about a quarter of the load's cost. */
+ * the module's code object to the list `out_list` (a new reference).
+ * Takes the GIL. */
+int pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list);
+/* Turn the deep structural check of every loaded chunk (verify.c) on or
+ * off (default off).  Checksums and relocation bounds are always checked;
+ * the deep check guards against re-signed, crafted archives at about a
+ * quarter of the load's cost. */
 int pycds_archive_set_verify(pycds_archive *a, int on);
+/* Read ahead (prefetch.c): after each load, a thread reads and relocates
+ * the chunks that follow within `window` bytes of heap.  0 turns it off
+ * (the default); it also stays off with fewer than two usable CPUs. */
+int pycds_archive_set_prefetch(pycds_archive *a, uint64_t window);
+/* How many modules the read-ahead thread has read and relocated so far. */
+int pycds_archive_prefetched(pycds_archive *a, uint64_t *count);
 int pycds_archive_close(pycds_archive *a);
 
 #endif /* PYCDS_NATIVE_H */

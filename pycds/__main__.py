@@ -48,6 +48,7 @@ def cmd_info(args):
     print(f"modules:      {h.nmodules}")
     print(f"heap:         {h.heap_len} bytes")
     print(f"relocations:  {h.reloc_count} entries ({4 * h.reloc_count} bytes)")
+    print(f"chunk table:  {h.nmodules * F.CHUNK_REC} bytes")
     print(f"file:         {h.file_len} bytes")
     if args.quiet:
         return 0
@@ -67,6 +68,9 @@ def cmd_verify(args):
         print(f"pycds: {args.archive}: {e}", file=sys.stderr)
         return 2
     stale = damaged = 0
+    if not index.chunk_table_intact():
+        damaged += 1
+        print("chunk table fails its checksum: no module can be loaded")
     for e in sorted(entries, key=lambda e: e.name):
         if not index.chunk_intact(e):
             damaged += 1
@@ -77,7 +81,7 @@ def cmd_verify(args):
             print(f"{e.name}: {reason} ({e.origin})")
     print(f"{stale} of {len(entries)} modules changed since the dump")
     if damaged:
-        print(f"{damaged} of {len(entries)} modules damaged in the archive")
+        print(f"{damaged} of {len(entries)} modules (and tables) damaged in the archive")
     return 1 if stale or damaged else 0
 
 
@@ -110,4 +114,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # `python -m pycds info app.img | head`: the reader left; say
+        # nothing more (and keep the interpreter's final flush quiet).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

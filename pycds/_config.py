@@ -12,6 +12,8 @@
                    checked pycs) or ``unchecked`` (immutable deployments).
 ``PYCDSVERIFY``    ``1``: also check every loaded chunk's object structure
                    (against crafted, re-signed archives); default ``0``.
+``PYCDSPREFETCH``  ``1`` (default): read and relocate the chunks that follow
+                   the one being imported on a second CPU; ``0``: off.
 =================  =========================================================
 
 Under ``-E`` or ``-I`` (``sys.flags.ignore_environment``) pycds stays off, so
@@ -44,12 +46,13 @@ class Config:
     """Parsed settings.  ``problems`` lists messages for bad values."""
 
     __slots__ = ("mode", "archive", "listfile", "verbose", "check", "verify",
-                 "problems")
+                 "prefetch", "problems")
 
     def __init__(self, mode=MODE_OFF, archive="", listfile="", verbose=0,
-                 check="mtime", problems=(), verify=False):
+                 check="mtime", problems=(), verify=False, prefetch=True):
         self.mode = mode
         self.verify = verify
+        self.prefetch = prefetch
         self.archive = archive
         self.listfile = listfile
         self.verbose = verbose
@@ -90,11 +93,16 @@ def from_environ(environ=None, flags=None):
     verify = rawverify == "1"
     if rawverify not in ("0", "1"):
         problems.append(f"PYCDSVERIFY={rawverify!r} is not 0 or 1; using 0")
+    rawpf = environ.get("PYCDSPREFETCH", "1").strip() or "1"
+    prefetch = rawpf != "0"
+    if rawpf not in ("0", "1"):
+        problems.append(f"PYCDSPREFETCH={rawpf!r} is not 0 or 1; using 1")
     archive = environ.get("PYCDSARCHIVE", "")
     if not archive and mode in (MODE_DUMP, MODE_SHARE):
         archive = default_archive_path(environ)
     listfile = environ.get("PYCDSLIST", "") or "pycds.lst"
-    return Config(mode, archive, listfile, verbose, check, problems, verify)
+    return Config(mode, archive, listfile, verbose, check, problems, verify,
+                  prefetch)
 
 
 # ---- the default archive path --------------------------------------------

@@ -3,7 +3,7 @@
 Specified byte by byte in docs/archive-format.md.  All integers are
 little-endian.  Sections, in file order::
 
-    header (256 bytes) | meta | bucket table | module entries | heap | relocations
+    header | meta | bucket table | module entries | chunk table | heap | relocations
 
 The reading side runs at start-up, so this module imports only builtins
 (``_imp``, ``marshal``, ``os``, ``sys``) and reads with ``os.pread``: opening an
@@ -25,13 +25,14 @@ import sys
 from _frozen_importlib_external import _RAW_MAGIC_NUMBER
 
 MAGIC = b"PYCDS\x00ar"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HEADER_SIZE = 256
 EMPTY = 0xFFFFFFFF
 PAGE = 4096
 _ENTRY_READ = 1024    # bytes read at once for an index entry
 
-# Header fields: (name, offset, size).  Bytes 148..247 are reserved (zero).
+# Header fields: (name, offset, size).  Bytes 148..151 and 168..247 are
+# reserved (zero).
 _FIELDS = (
     ("magic", 0, 8),
     ("format", 8, 4),
@@ -54,7 +55,14 @@ _FIELDS = (
     ("meta_sum", 128, 8),
     ("buckets_sum", 136, 8),
     ("py_hexversion", 144, 4),
+    ("chunks_off", 152, 8),
+    ("chunks_sum", 160, 8),
 )
+# One chunk-table record per module, in module-number order (read by the
+# native loader; see docs/archive-format.md and native/archive.h):
+# chunk_off u64, chunk_len u32, root_off u32, reloc_first u64,
+# reloc_count u32, zero u32, checksum u64.
+CHUNK_REC = 40
 _SUM_AT = 248
 _HEADER_KEY = 0x50594344534844        # "PYCDSHD"
 _NAME_KEY = 0x50594344534e4d          # "PYCDSNM"
@@ -132,6 +140,7 @@ class Header:
         for off, length in ((h.meta_off, h.meta_len),
                             (h.buckets_off, h.nbuckets * 8),
                             (h.entries_off, h.entries_len),
+                            (h.chunks_off, h.nmodules * CHUNK_REC),
                             (h.heap_off, h.heap_len),
                             (h.reloc_off, h.reloc_count * 4)):
             if off < HEADER_SIZE or off + length > file_len:
@@ -308,7 +317,8 @@ class Index:
 
     def chunk_intact(self, entry):
         """True if ``entry``'s heap chunk and relocation entries still have
-        the checksum the dump recorded (reads them; needs the native
+        the checksum the dump recorded and its chunk-table record (what the
+        native loader uses) says the same (reads them; needs the native
         module, as the loader does)."""
         from ._nativeapi import hash64
         h = self.header
@@ -317,7 +327,34 @@ class Index:
                           h.reloc_off + 4 * entry.reloc_first)
         if len(chunk) != entry.chunk_len or len(relocs) != 4 * entry.reloc_count:
             return False
+        try:
+            rec = self.chunk_record(entry.number)
+        except FormatError:
+            return False
+        if rec != (entry.chunk_off, entry.chunk_len, entry.root_off,
+                   entry.reloc_first, entry.reloc_count, entry.chunk_sum):
+            return False     # the loader would use other bytes than these
         return hash64(relocs, hash64(chunk, h.archive_id)) == entry.chunk_sum
+
+    def chunk_table_intact(self):
+        """True if the chunk table has the checksum the header records."""
+        from ._nativeapi import hash64
+        h = self.header
+        table = os.pread(self.fd, h.nmodules * CHUNK_REC, h.chunks_off)
+        return len(table) == h.nmodules * CHUNK_REC and \
+            hash64(table, h.archive_id) == h.chunks_sum
+
+    def chunk_record(self, number):
+        """The chunk-table record of module ``number`` as a tuple
+        ``(chunk_off, chunk_len, root_off, reloc_first, reloc_count,
+        checksum)``: what the native loader uses (for ``verify``; the
+        table's own checksum is checked by the loader)."""
+        h = self.header
+        b = os.pread(self.fd, CHUNK_REC, h.chunks_off + number * CHUNK_REC)
+        if len(b) != CHUNK_REC or number >= h.nmodules:
+            raise FormatError(f"no chunk-table record for module {number}")
+        return (_u(b, 0, 8), _u(b, 8, 4), _u(b, 12, 4), _u(b, 16, 8),
+                _u(b, 24, 4), _u(b, 32, 8))
 
     def close(self):
         if self.fd >= 0:

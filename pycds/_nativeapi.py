@@ -78,32 +78,38 @@ class Writer:
 
 
 class NativeArchive:
-    """A mapped archive heap from which modules are loaded once each."""
+    """A reserved archive heap from which modules are loaded once each."""
 
-    def __init__(self, fd, header, layout, verify=False):
+    def __init__(self, fd, header, layout, verify=False, prefetch=0):
         out = ffi.new("pycds_archive **")
         _check(lib.pycds_archive_open(
             fd, header.heap_off, header.heap_len, header.reloc_off,
-            header.reloc_count, header.nmodules, header.archive_id,
-            layout.encode(), out), "open")
+            header.reloc_count, header.chunks_off, header.chunks_sum,
+            header.nmodules, header.archive_id, layout.encode(), out), "open")
         self._a = out[0]
         _check(lib.pycds_archive_set_verify(self._a, bool(verify)), "verify")
+        if prefetch:
+            _check(lib.pycds_archive_set_prefetch(self._a, prefetch), "prefetch")
 
     def load(self, entry):
         """Return the code object of ``entry`` (a pycds._format.ModuleEntry).
-        Raises NativeError if the chunk is corrupt or fails its fix-ups.
-
-        Thread-safe: the chunk description is built per call (cffi releases
-        the GIL around the C call, so a shared one could be overwritten by
-        another importing thread before C takes the GIL back)."""
-        i = ffi.new("pycds_chunk_info *")
-        i.chunk_off = entry.chunk_off
-        i.chunk_len = entry.chunk_len
-        i.root_off = entry.root_off
-        i.reloc_first = entry.reloc_first
-        i.reloc_count = entry.reloc_count
-        i.checksum = entry.chunk_sum
+        Raises NativeError if the chunk is corrupt or fails its fix-ups."""
         out = []
-        _check(lib.pycds_archive_load(self._a, entry.number, i, id(out)),
+        _check(lib.pycds_archive_load(self._a, entry.number, id(out)),
                f"load {entry.name}")
         return out[0]
+
+    def set_prefetch(self, window):
+        """Read ahead ``window`` bytes of heap after each load (0: off)."""
+        _check(lib.pycds_archive_set_prefetch(self._a, window), "prefetch")
+
+    def prefetched(self):
+        """Modules read and relocated ahead by the read-ahead thread."""
+        n = ffi.new("uint64_t *")
+        _check(lib.pycds_archive_prefetched(self._a, n), "prefetched")
+        return n[0]
+
+    def close(self):
+        """Release the handle (refused once a module was loaded)."""
+        _check(lib.pycds_archive_close(self._a), "close")
+        self._a = ffi.NULL

@@ -11,6 +11,7 @@ next dump.
 
 import marshal
 import os
+import struct
 import sys
 import time
 
@@ -19,10 +20,35 @@ from . import _format as F
 _TMP_MARK = ".pycds-tmp."
 
 
-def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0):
+def chunk_table(entries, archive_id, strict=True):
+    """The chunk table of ``entries`` (record i describes ``entries[i]``)
+    and its checksum.  Raises ValueError if the entries are not numbered
+    0..n-1 with their chunks in increasing heap order; with ``strict=False``
+    (for tests that write damaged archives) values are stored as given,
+    truncated to their fields' widths."""
+    from ._nativeapi import hash64
+    recs = []
+    end = 0
+    m32, m64 = (1 << 32) - 1, (1 << 64) - 1
+    for i, e in enumerate(entries):
+        if strict and (e.number != i or e.chunk_off < end or e.chunk_len > m32
+                       or e.root_off > m32 or e.reloc_count > m32):
+            raise ValueError(f"module entry {i} ({e.name}) out of order")
+        end = e.chunk_off + e.chunk_len
+        recs.append(struct.pack("<QIIQIIQ", e.chunk_off & m64, e.chunk_len & m32,
+                                e.root_off & m32, e.reloc_first & m64,
+                                e.reloc_count & m32, 0, e.chunk_sum & m64))
+    table = b"".join(recs)
+    return table, hash64(table, archive_id)
+
+
+def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
+           strict=True):
     """Lay out an archive.  Returns ``(header, parts)`` where ``parts`` is a
-    list of ``(offset, bytes)`` for meta, buckets and entries; the heap and
-    relocations go at ``header.heap_off`` / ``header.reloc_off``."""
+    list of ``(offset, bytes)`` for meta, buckets, entries and the chunk
+    table; the heap and relocations go at ``header.heap_off`` /
+    ``header.reloc_off``.  Needs the native module (the chunk table's
+    checksum is XXH64).  ``strict``: see :func:`chunk_table`."""
     n = len(entries)
     nbuckets = 8
     while nbuckets < 2 * n:
@@ -65,7 +91,9 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0):
     h.nbuckets = nbuckets
     h.entries_off = h.buckets_off + len(buckets)
     h.entries_len = len(entries_b)
-    h.heap_off = _align(h.entries_off + h.entries_len, F.PAGE)
+    table, h.chunks_sum = chunk_table(entries, archive_id, strict)
+    h.chunks_off = _align(h.entries_off + h.entries_len, 8)
+    h.heap_off = _align(h.chunks_off + len(table), F.PAGE)
     h.heap_len = heap_len
     h.reloc_off = _align(h.heap_off + heap_len, 8)
     h.reloc_count = reloc_count
@@ -73,7 +101,7 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0):
     h.meta_sum = F.checksum(meta_b, archive_id)
     h.buckets_sum = F.checksum(buckets, archive_id)
     parts = [(h.meta_off, meta_b), (h.buckets_off, buckets),
-             (h.entries_off, entries_b)]
+             (h.entries_off, entries_b), (h.chunks_off, table)]
     return h, parts
 
 

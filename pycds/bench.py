@@ -6,7 +6,9 @@ hits them alike; reports medians and the median of per-rep ratios:
 
 ``inproc``   in-process import time (``time.perf_counter_ns`` around the
              import statement) per workload: *baseline* (plain import),
-             *pycds* (SHARE), *ideal* (every code object of the workload
+             *pycds* (SHARE), *inline* (SHARE with ``PYCDSPREFETCH=0``:
+             every load on the importing thread, as on one CPU), *ideal*
+             (every code object of the workload
              unmarshalled before the timer starts and served by a trivial
              dict-lookup finder: the bound for any code cache) and *peer*
              (the ``code-data-share`` package, if ``--peer-python`` names an
@@ -347,7 +349,10 @@ class Bench:
     def variants(self, wl, ideal=False):
         vs = [Variant("baseline", self.py, _env()),
               Variant("pycds", self.py, _env(PYCDSMODE="SHARE",
-                                             PYCDSARCHIVE=self.archive(wl)))]
+                                             PYCDSARCHIVE=self.archive(wl))),
+              # every load on the importing thread, as with one CPU
+              Variant("inline", self.py, _env(PYCDSMODE="SHARE", PYCDSPREFETCH="0",
+                                              PYCDSARCHIVE=self.archive(wl)))]
         if ideal:
             vs.append(Variant("ideal", self.py, _env()))
         if self.peer:
@@ -579,14 +584,17 @@ def report(results):
              ""]
     s = results["sections"]
     if "inproc" in s:
-        names = [n for n in ("baseline", "pycds", "ideal", "peer")
+        names = [n for n in ("baseline", "pycds", "inline", "ideal", "peer")
                  if n in next(iter(s["inproc"].values()))]
         has_peer = "peer" in names
+        has_inline = "inline" in names
         lines += ["In-process import time, ms: wall (main-thread CPU), medians; ratios are "
-                  "medians of per-rep ratios, wall (CPU)", "",
+                  "medians of per-rep ratios, wall (CPU); inline: pycds with "
+                  "PYCDSPREFETCH=0", "",
                   "| workload | " + " | ".join(names) + " | pycds/ideal | pycds/baseline"
+                  + (" | inline/baseline" if has_inline else "")
                   + (" | peer/baseline" if has_peer else "") + " | reps |",
-                  "|---" * (len(names) + 4 + has_peer) + "|"]
+                  "|---" * (len(names) + 4 + has_peer + has_inline) + "|"]
         for wl, r in s["inproc"].items():
             def col(n, i):
                 return [x[i] for x in r[n]]
@@ -596,6 +604,8 @@ def report(results):
                         f"({_ratio(col(a, 1), col(b, 1)):.3f})")
             row = [wl] + [f"{_med(col(n, 0)):.1f} ({_med(col(n, 1)):.1f})" for n in names]
             row += [rat("pycds", "ideal"), rat("pycds", "baseline")]
+            if has_inline:
+                row.append(rat("inline", "baseline"))
             if has_peer:
                 row.append(rat("peer", "baseline"))
             row.append(str(len(r["baseline"])))
@@ -605,13 +615,16 @@ def report(results):
         names = list(next(iter(s["wall"].values())))
         lines += ["Whole process `python -c \"import ...\"`: wall ms (CPU ms = user+sys), median", "",
                   "| workload | " + " | ".join(names) + " | pycds/baseline wall | pycds/baseline CPU"
+                  + (" | inline/baseline wall" if "inline" in names else "")
                   + (" | peer/baseline wall" if "peer" in names else "") + " |",
-                  "|---" * (len(names) + 3 + ("peer" in names)) + "|"]
+                  "|---" * (len(names) + 3 + ("peer" in names) + ("inline" in names)) + "|"]
         for wl, r in s["wall"].items():
             row = [wl] + [f"{_med([x[0] for x in r[n]]):.1f} ({_med([x[1] for x in r[n]]):.1f})"
                           for n in names]
             row += [f"{_ratio([x[0] for x in r['pycds']], [x[0] for x in r['baseline']]):.3f}",
                     f"{_ratio([x[1] for x in r['pycds']], [x[1] for x in r['baseline']]):.3f}"]
+            if "inline" in names:
+                row.append(f"{_ratio([x[0] for x in r['inline']], [x[0] for x in r['baseline']]):.3f}")
             if "peer" in names:
                 row.append(f"{_ratio([x[0] for x in r['peer']], [x[0] for x in r['baseline']]):.3f}")
             lines.append("| " + " | ".join(row) + " |")

@@ -188,7 +188,8 @@ class Model:
             for e in self.entries:
                 e.chunk_sum = self.chunk_sum(e)
         h, parts = W.layout(self.entries, len(self.heap), len(self.relocs) // 4,
-                            self.meta, self.header.archive_id, self.header.flags)
+                            self.meta, self.header.archive_id, self.header.flags,
+                            strict=False)
         out = bytearray(h.file_len)
         heap_off, reloc_off = h.heap_off, h.reloc_off
         for off, b in parts:
@@ -217,6 +218,7 @@ def _sections(data):
         "meta": (h.meta_off, h.meta_len),
         "buckets": (h.buckets_off, h.nbuckets * 8),
         "entries": (h.entries_off, h.entries_len),
+        "chunks": (h.chunks_off, h.nmodules * F.CHUNK_REC),
         "heap": (h.heap_off, h.heap_len),
         "relocs": (h.reloc_off, h.reloc_count * 4),
     }
@@ -340,9 +342,9 @@ def resigned_mutations(data, rng, n, used):
         field = rng.choice(("meta_off", "buckets_off", "entries_off", "heap_off",
                             "heap_len", "reloc_off", "reloc_count", "nmodules",
                             "nbuckets", "entries_len", "meta_len", "py_hexversion",
-                            "format", "file_len"))
+                            "format", "file_len", "chunks_off", "chunks_sum"))
         h, _ = W.layout(m.entries, len(m.heap), len(m.relocs) // 4, m.meta,
-                        m.header.archive_id)
+                        m.header.archive_id, strict=False)
         old = getattr(h, field)
         new = rng.choice([old + 8, old - 8 if old >= 8 else 0, old + 4096,
                           old * 2 + 1, 0, rng.choice(big)])

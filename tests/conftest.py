@@ -119,6 +119,15 @@ def import_state(**kwargs):
             setattr(sys, n, v)
 
 
+def flip_bits(path, at, mask=0x01):
+    """XOR the byte at offset ``at`` of the file ``path`` with ``mask``."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ mask]))
+
+
 @contextlib.contextmanager
 def uncache(*names):
     """Remove ``names`` from sys.modules during the block and after it."""

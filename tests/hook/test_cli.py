@@ -2,8 +2,10 @@
 
 import os
 import re
+import subprocess
+import sys
 
-from conftest import run_python
+from conftest import flip_bits, run_python
 
 
 def make_archive(tmp_path):
@@ -60,16 +62,36 @@ class TestCliIntegrity:
         entry = index.lookup("beta")
         at = index.header.heap_off + entry.chunk_off + entry.chunk_len // 2
         index.close()
-        with open(img, "r+b") as f:
-            f.seek(at)
-            byte = f.read(1)
-            f.seek(at)
-            f.write(bytes([byte[0] ^ 0x01]))
+        flip_bits(img, at, 0x01)
         r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
         assert r.rc == 1, r
         assert "beta: archived data fails its checksum" in r.out
         assert "alpha:" not in r.out
-        assert re.search(r"^1 of \d+ modules damaged in the archive$", r.out, re.M), r.out
+        assert re.search(r"^1 of \d+ modules \(and tables\) damaged in the archive$",
+                         r.out, re.M), r.out
+
+    def test_verify_reports_a_damaged_chunk_table(self, tmp_path):
+        img = make_archive(tmp_path)
+        import pycds._format as F
+        index = F.Index.open(img)
+        at = index.header.chunks_off + 1
+        index.close()
+        flip_bits(img, at, 0x08)
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        assert r.rc == 1, r
+        assert "chunk table fails its checksum" in r.out
+        # the first module's record no longer matches its entry
+        assert "archived data fails its checksum" in r.out
+
+    def test_info_into_a_closed_pipe_is_quiet(self, tmp_path):
+        img = make_archive(tmp_path)
+        # the reader (say, `| head`) is gone before the first line is written
+        p = subprocess.Popen([sys.executable, "-m", "pycds", "info", img],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        p.wait(timeout=60)
+        assert p.returncode == 1 and err == "", err
 
     def test_info_on_foreign_archive_shows_header(self, tmp_path):
         import marshal

@@ -15,6 +15,8 @@ from pycds import _nativeapi as N
 from pycds import _writer as W
 from pycds.errors import NativeError
 
+from conftest import flip_bits
+
 TRICKY = r'''
 import math
 BIG = 2 ** 200 + 12345
@@ -308,11 +310,7 @@ class TestCorruption:
         h = index.header
         e = index.lookup("x")
         index.close()
-        with open(path, "r+b") as f:
-            f.seek(h.heap_off + e.chunk_off + e.chunk_len // 2)
-            b = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([b[0] ^ 0x10]))
+        flip_bits(path, h.heap_off + e.chunk_off + e.chunk_len // 2, 0x10)
         index = F.Index.open(path)
         arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
         with pytest.raises(NativeError, match="checksum"):

@@ -1,0 +1,105 @@
+/* archive.h -- an open archive, shared by loader.c (loads) and prefetch.c
+ * (the read-ahead thread).  Private to the native module.
+ *
+ * Loading a module has two stages:
+ *   stage 1 (pycds_chunk_stage1, no Python): pread the chunk into its place
+ *           in the heap reservation and its relocation entries into a
+ *           buffer, verify the checksum, apply the pointer relocations;
+ *   stage 2 (loader.c, holding the GIL): re-interning, shared instances,
+ *           frozensets, the per-process code-object work.
+ * The read-ahead thread runs stage 1 for the modules that follow, in heap
+ * order, the one the program imports now (the order of the dump run), so
+ * that the importing thread finds them READY and only runs stage 2.
+ *
+ * Every field below `mu` is guarded by it.  A module's state moves
+ *   NEW -> BUSY -> READY -> BUSY -> LOADED | FAILED    (stage 1 read ahead)
+ *   NEW -> BUSY -> LOADED | FAILED                      (all on import)
+ * and NEW -> NOPREFETCH when stage 1 failed on the read-ahead thread (the
+ * importing thread then redoes it, from the pread on, and reports why).
+ * Only the thread that set BUSY touches the chunk's bytes until it moves
+ * the state on, so no byte of the heap is written by two threads.
+ */
+#ifndef PYCDS_ARCHIVE_H
+#define PYCDS_ARCHIVE_H
+
+#include "pycds_internal.h"
+
+#include <pthread.h>
+
+enum {
+    MOD_NEW = 0,
+    MOD_LOADED = 1,
+    MOD_FAILED = 2,
+    MOD_BUSY = 3,        /* a thread runs a stage on it */
+    MOD_READY = 4,       /* stage 1 done ahead; its fix-up list in fixups[] */
+    MOD_NOPREFETCH = 5,  /* like NEW, but the read-ahead thread gave up on it */
+};
+
+/* One record of the archive's chunk table (docs/archive-format.md), in the
+ * writer's byte order, which is this machine's (the meta block says so). */
+typedef struct {
+    uint64_t chunk_off;    /* offset of the chunk in the heap section */
+    uint32_t chunk_len;    /* bytes */
+    uint32_t root_off;     /* offset of the module's code object in the chunk */
+    uint64_t reloc_first;  /* index of its first relocation entry */
+    uint32_t reloc_count;
+    uint32_t zero;         /* reserved, 0 */
+    uint64_t checksum;     /* XXH64(chunk, seed) then XXH64(entries, that) */
+} pycds_chunk_rec;
+
+/* What stage 1 hands to stage 2. */
+typedef struct {
+    uint32_t *rel;         /* the module's relocation entries (deep check) */
+    uint64_t nrel;
+    uint32_t *fix;         /* INTERN and SINGLETON entries, then FROZENSET */
+    uint64_t nstr, nset;
+    uint64_t nintern;      /* INTERN entries among the nstr */
+} pycds_fixups;
+
+struct pycds_archive {
+    int fd;
+    uint8_t *base;            /* anonymous reservation for the heap, or NULL */
+    size_t map_len;
+    uint64_t heap_off, heap_len;
+    uint64_t reloc_off, reloc_count;
+    uint32_t nmodules;
+    uint64_t seed;
+    pycds_chunk_rec *chunks;  /* nmodules records, validated at open */
+    int verify;               /* run pycds_verify_chunk() on every load */
+
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;   /* a stage-1 run of the read-ahead thread ended */
+    pthread_cond_t work_cv;   /* the read-ahead thread has something to do */
+    uint8_t *state;           /* per module: MOD_* */
+    pycds_fixups **fixups;    /* per READY module: what stage 1 handed over */
+    PyObject **roots;         /* per LOADED module: its code object */
+
+    /* read-ahead (prefetch.c) */
+    uint64_t pf_window;       /* bytes of heap read ahead; 0: off */
+    uint32_t pf_next;         /* first module it may read ahead */
+    uint64_t pf_limit;        /* ... as long as the chunk starts below this */
+    int pf_stop;              /* the thread must exit (fork, close) */
+    int pf_running;           /* the thread is in its loop */
+    int pf_waiting;           /* ... and waits for work */
+    uint64_t pf_woken_limit;  /* pf_limit when it was last woken */
+    int pf_joinable;          /* a thread was started and not yet joined */
+    pthread_t pf_thread;
+    uint64_t pf_ahead;        /* stage-1 runs done ahead (statistics) */
+    struct pycds_archive *pf_next_archive;   /* fork registry (prefetch.c) */
+};
+
+/* loader.c: stage 1 of module k (see above).  No GIL; no Python object
+ * outside the chunk is touched.  On success *out is the fix-up list for
+ * stage 2, freed with pycds_fixups_free(). */
+int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out);
+void pycds_fixups_free(pycds_fixups *f);
+
+/* prefetch.c */
+/* Register a for fork handling and set its window (0: off).  No lock held. */
+int pycds_prefetch_enable(pycds_archive *a, uint64_t window);
+/* With a->mu held: module k is being imported; read ahead after it. */
+void pycds_prefetch_schedule(pycds_archive *a, uint32_t k);
+/* Stop and join the read-ahead thread, unregister a.  No lock held. */
+void pycds_prefetch_shutdown(pycds_archive *a);
+
+#endif /* PYCDS_ARCHIVE_H */

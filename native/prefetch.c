@@ -1,0 +1,266 @@
+/* prefetch.c -- the read-ahead thread: stage 1 of the modules a program is
+ * about to import, on another core.
+ *
+ * A dump run writes the chunks in the order the program imported its
+ * modules, and the next run of the same program imports them in about that
+ * order.  So when the importing thread loads module k, the modules right
+ * after k in the heap are the likely next ones: this thread runs stage 1
+ * (pread, checksum, pointer relocations; archive.h) for those whose chunks
+ * start less than `pf_window` bytes after k's end, and the importing thread
+ * finds them READY.  What stays on the importing thread is stage 2, the
+ * part that needs the GIL (re-interning, frozensets).  Like the kernel's
+ * file read-ahead, the window bounds the work and memory spent on modules
+ * that are never imported.
+ *
+ * The thread touches no Python object and never takes the GIL; it blocks
+ * every signal (they stay the interpreter's); it exits after IDLE_MS
+ * without work, so a long-running program has no extra thread once its
+ * imports are done, and is started again when needed.  Before fork() it is
+ * stopped and joined (pthread_atfork), so the child is never left with a
+ * module BUSY forever, and a process that forks has no thread of ours
+ * (nothing for CPython 3.12+'s multi-threaded fork warning, or a look at
+ * /proc/self/task, to see).
+ */
+#include "archive.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define IDLE_MS 200
+
+/* Archives with read-ahead, for the fork handlers. */
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static pycds_archive *registry;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_ok;
+
+/* With a->mu held: the next module to read ahead, or nmodules. */
+static uint32_t
+next_candidate(pycds_archive *a)
+{
+    while (a->pf_next < a->nmodules
+           && a->chunks[a->pf_next].chunk_off < a->pf_limit) {
+        if (a->state[a->pf_next] == MOD_NEW) {
+            return a->pf_next;
+        }
+        a->pf_next++;
+    }
+    return a->nmodules;
+}
+
+static void *
+prefetch_main(void *arg)
+{
+    pycds_archive *a = arg;
+    pthread_mutex_lock(&a->mu);
+    while (!a->pf_stop) {
+        uint32_t k = next_candidate(a);
+        if (k == a->nmodules) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += (long)IDLE_MS * 1000000L;
+            until.tv_sec += until.tv_nsec / 1000000000L;
+            until.tv_nsec %= 1000000000L;
+            a->pf_waiting = 1;
+            int w = pthread_cond_timedwait(&a->work_cv, &a->mu, &until);
+            a->pf_waiting = 0;
+            if (w == ETIMEDOUT && !a->pf_stop && next_candidate(a) == a->nmodules) {
+                break;
+            }
+            continue;
+        }
+        a->state[k] = MOD_BUSY;
+        a->pf_next = k + 1;
+        pthread_mutex_unlock(&a->mu);
+
+        pycds_fixups *fix = NULL;
+        int rc = pycds_chunk_stage1(a, k, &fix);
+
+        pthread_mutex_lock(&a->mu);
+        if (rc == PYCDS_OK) {
+            a->fixups[k] = fix;
+            a->state[k] = MOD_READY;
+            a->pf_ahead++;
+        }
+        else {
+            /* The importing thread redoes it and reports the failure. */
+            a->state[k] = MOD_NOPREFETCH;
+        }
+        pthread_cond_broadcast(&a->done_cv);
+    }
+    a->pf_running = 0;
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* With a->mu held. */
+static void
+join_locked(pycds_archive *a)
+{
+    if (a->pf_joinable) {
+        pthread_t t = a->pf_thread;
+        a->pf_joinable = 0;
+        pthread_mutex_unlock(&a->mu);
+        pthread_join(t, NULL);
+        pthread_mutex_lock(&a->mu);
+    }
+}
+
+static void
+start_locked(pycds_archive *a)
+{
+    join_locked(a);           /* an idle thread that has exited */
+    if (a->pf_running || a->pf_window == 0 || a->pf_stop) {
+        return;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&a->pf_thread, NULL, prefetch_main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        a->pf_window = 0;     /* no thread to be had: load everything inline */
+        return;
+    }
+    a->pf_joinable = 1;
+    a->pf_running = 1;
+}
+
+void
+pycds_prefetch_schedule(pycds_archive *a, uint32_t k)
+{
+    if (a->pf_window == 0) {
+        return;
+    }
+    const pycds_chunk_rec *c = &a->chunks[k];
+    a->pf_next = k + 1;
+    a->pf_limit = c->chunk_off + c->chunk_len + a->pf_window;
+    if (next_candidate(a) == a->nmodules) {
+        return;
+    }
+    if (!a->pf_running) {
+        a->pf_woken_limit = a->pf_limit;
+        start_locked(a);
+    }
+    else if (a->pf_waiting
+             && (a->pf_limit < a->pf_woken_limit
+                 || a->pf_limit - a->pf_woken_limit >= a->pf_window / 4)) {
+        /* Waking the thread costs this one a futex call: wake it for a
+         * quarter window of new work at a time, or when the program moved
+         * back in the heap. */
+        a->pf_woken_limit = a->pf_limit;
+        pthread_cond_signal(&a->work_cv);
+    }
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+static void
+before_fork(void)
+{
+    pthread_mutex_lock(&registry_mu);
+    for (pycds_archive *a = registry; a != NULL; a = a->pf_next_archive) {
+        pthread_mutex_lock(&a->mu);
+        a->pf_stop = 1;
+        pthread_cond_broadcast(&a->work_cv);
+        join_locked(a);
+        /* Held across fork(): no module changes state meanwhile. */
+    }
+}
+
+static void
+after_fork(void)
+{
+    for (pycds_archive *a = registry; a != NULL; a = a->pf_next_archive) {
+        a->pf_stop = 0;
+        a->pf_running = 0;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_mutex_unlock(&registry_mu);
+}
+
+static void
+register_atfork(void)
+{
+    atfork_ok = pthread_atfork(before_fork, after_fork, after_fork) == 0;
+}
+
+int
+pycds_prefetch_enable(pycds_archive *a, uint64_t window)
+{
+    if (window > 0) {
+        /* On one CPU the thread could only take turns with the program. */
+        cpu_set_t cpus;
+        if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
+            window = 0;
+        }
+    }
+    if (window > 0) {
+        pthread_once(&atfork_once, register_atfork);
+        if (!atfork_ok) {
+            window = 0;       /* never risk a fork with the thread running */
+        }
+    }
+    pthread_mutex_lock(&registry_mu);
+    int listed = 0;
+    for (pycds_archive *p = registry; p != NULL; p = p->pf_next_archive) {
+        listed |= p == a;
+    }
+    if (window > 0 && !listed) {
+        a->pf_next_archive = registry;
+        registry = a;
+    }
+    pthread_mutex_lock(&a->mu);
+    a->pf_window = window;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_unlock(&registry_mu);
+    return PYCDS_OK;
+}
+
+void
+pycds_prefetch_shutdown(pycds_archive *a)
+{
+    pthread_mutex_lock(&registry_mu);
+    for (pycds_archive **p = &registry; *p != NULL; p = &(*p)->pf_next_archive) {
+        if (*p == a) {
+            *p = a->pf_next_archive;
+            break;
+        }
+    }
+    pthread_mutex_lock(&a->mu);
+    a->pf_stop = 1;
+    a->pf_window = 0;
+    pthread_cond_broadcast(&a->work_cv);
+    join_locked(a);
+    a->pf_stop = 0;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_unlock(&registry_mu);
+}
+
+int
+pycds_archive_set_prefetch(pycds_archive *a, uint64_t window)
+{
+    if (a == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "no archive");
+    }
+    if (window == 0) {
+        pycds_prefetch_shutdown(a);
+        return PYCDS_OK;
+    }
+    return pycds_prefetch_enable(a, window);
+}
+
+int
+pycds_archive_prefetched(pycds_archive *a, uint64_t *count)
+{
+    if (a == NULL || count == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "bad archive_prefetched arguments");
+    }
+    pthread_mutex_lock(&a->mu);
+    *count = a->pf_ahead;
+    pthread_mutex_unlock(&a->mu);
+    return PYCDS_OK;
+}

@@ -1,0 +1,293 @@
+/* verify.c -- the deep structural check of a loaded chunk (opt-in:
+ * PYCDSVERIFY=1, pycds_archive_set_verify()).
+ *
+ * Runs on the main side of a load, holding the GIL, after the relocations
+ * and before any object of the chunk is used.
+ */
+#include "pycds_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- structural check ---------------------------------------------------
+ *
+ * The checksum proves the chunk is the one the dump wrote; this pass proves
+ * that what CPython will touch is well formed even if it is not (a re-signed
+ * or hostile archive): as marshal.c's r_object only ever builds well-formed
+ * objects, every object reachable from the root (and from each INTERN,
+ * FROZENSET and SINGLETON slot) must
+ *   - have an allowed exact type, and lie wholly inside the chunk (its size
+ *     computed from its own header: tuple/bytes/code ob_size, str length and
+ *     kind, int digits), with a zeroed (untracked) GC header for tuples;
+ *   - have each pointer field (tuple items, the code fields the layout lists)
+ *     be a slot that a relocation entry fixed up, pointing at an object of
+ *     an allowed type (the exact type the code field needs).
+ * External targets (static objects of the image) must have an allowed type.
+ * Runs after apply_relocations(), before any object is used.  What it does
+ * not check is what CPython does not check in a .pyc either: the bytecode and
+ * the code object's scalar fields (see docs/reliability.md).
+ */
+
+enum { SLOT_NONE = 0 };   /* else kind + 1 */
+
+#if PY_VERSION_HEX >= 0x030C0000
+#  define PYCDS_LONG_DIGITS long_value.ob_digit
+#else
+#  define PYCDS_LONG_DIGITS ob_digit
+#endif
+
+typedef struct {
+    uint8_t *chunk;
+    uint64_t len;
+    uint8_t *slot_kind;       /* per 8-byte word: SLOT_NONE or kind + 1 */
+    uint8_t *seen;            /* per 8-byte word: object visited */
+    PyObject **stack;
+    size_t depth, cap;
+} verifier;
+
+static int
+is_value_type(PyTypeObject *t)
+{
+    return t == &PyUnicode_Type || t == &PyBytes_Type || t == &PyLong_Type
+           || t == &PyFloat_Type || t == &PyComplex_Type || t == &PyTuple_Type
+           || t == &PyCode_Type || t == &PyBool_Type || t == &PyFrozenSet_Type
+           || t == Py_TYPE(Py_None) || t == Py_TYPE(Py_Ellipsis);
+}
+
+static int
+inside(const verifier *v, const void *p)
+{
+    return (const uint8_t *)p >= v->chunk && (const uint8_t *)p < v->chunk + v->len;
+}
+
+/* Size in bytes of the chunk object op, or 0 if its header is not that of
+ * a well-formed object of its type fitting in avail bytes. */
+size_t
+pycds_object_size(PyObject *op, uint64_t avail)
+{
+    PyTypeObject *t = Py_TYPE(op);
+    uint64_t size = 0;
+    if (t == &PyFloat_Type) {
+        size = sizeof(PyFloatObject);
+    }
+    else if (t == &PyComplex_Type) {
+        size = sizeof(PyComplexObject);
+    }
+    else if (avail < sizeof(PyVarObject)) {
+        return 0;
+    }
+    else if (t == &PyTuple_Type || t == &PyBytes_Type || t == &PyCode_Type) {
+        Py_ssize_t n = t->tp_itemsize ? Py_SIZE(op) : 0;
+        if (n < 0 || (uint64_t)n > avail) {
+            return 0;
+        }
+        size = (uint64_t)t->tp_basicsize + (uint64_t)n * (uint64_t)t->tp_itemsize;
+        if (t == &PyBytes_Type && size <= avail
+            && ((PyBytesObject *)op)->ob_sval[n] != '\0') {
+            return 0;
+        }
+    }
+    else if (t == &PyLong_Type) {
+#if PY_VERSION_HEX >= 0x030C0000
+        uint64_t n = (uint64_t)(((PyLongObject *)op)->long_value.lv_tag >> 3);
+#else
+        Py_ssize_t s = Py_SIZE(op);
+        uint64_t n = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s;
+#endif
+        if (n > avail) {
+            return 0;
+        }
+        size = offsetof(PyLongObject, PYCDS_LONG_DIGITS) + sizeof(digit) * (n ? n : 1);
+    }
+    else if (t == &PyUnicode_Type) {
+        if (avail < sizeof(PyASCIIObject)
+            || (avail < sizeof(PyCompactUnicodeObject)
+                && !PyUnicode_IS_COMPACT_ASCII(op))) {
+            return 0;
+        }
+        if (!PyUnicode_IS_COMPACT(op)) {
+            return 0;
+        }
+#if PY_VERSION_HEX < 0x030C0000
+        if (!PyUnicode_IS_READY(op)) {
+            return 0;
+        }
+#endif
+        Py_ssize_t n = PyUnicode_GET_LENGTH(op);
+        unsigned int kind = PyUnicode_KIND(op);
+        if (n < 0 || (uint64_t)n > avail
+            || !(kind == 1 || kind == 2 || kind == 4)
+            || (PyUnicode_IS_ASCII(op) && kind != 1)) {
+            return 0;
+        }
+        size = (PyUnicode_IS_ASCII(op) ? sizeof(PyASCIIObject)
+                                       : sizeof(PyCompactUnicodeObject))
+               + ((uint64_t)n + 1) * kind;
+    }
+    return size <= avail ? (size_t)size : 0;
+}
+
+/* Check the object at p (a slot's target, already relocated); push it if
+ * it is in the chunk and new.  want: the exact type needed, or NULL. */
+static int
+check_target(verifier *v, PyObject *p, PyTypeObject *want)
+{
+    if (!inside(v, p)) {
+        /* apply_relocations() put it inside the interpreter image. */
+        if (!pycds_image_contains(p, sizeof(PyObject))
+            || !is_value_type(Py_TYPE(p))
+            || (want != NULL && Py_TYPE(p) != want)) {
+            return pycds_fail(PYCDS_E_CORRUPT,
+                              "external reference to something not a constant");
+        }
+        return PYCDS_OK;
+    }
+    uint64_t off = (uint64_t)((uint8_t *)p - v->chunk);
+    if (off % 8 != 0 || off + sizeof(PyObject) > v->len) {
+        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu is misplaced",
+                          (unsigned long long)off);
+    }
+    PyTypeObject *t = Py_TYPE(p);
+    if (want != NULL && t != want) {
+        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong type",
+                          (unsigned long long)off);
+    }
+    if (v->seen[off / 8]) {
+        return PYCDS_OK;      /* checked when first reached */
+    }
+    /* The types a chunk holds (layout.c copies no others). */
+    if (!(t == &PyUnicode_Type || t == &PyTuple_Type || t == &PyBytes_Type
+          || t == &PyCode_Type || t == &PyLong_Type || t == &PyFloat_Type
+          || t == &PyComplex_Type)) {
+        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong type",
+                          (unsigned long long)off);
+    }
+    size_t size = pycds_object_size(p, v->len - off);
+    if (size == 0) {
+        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu is malformed or "
+                          "does not fit in its chunk", (unsigned long long)off);
+    }
+    if (t == &PyTuple_Type) {
+        /* GC header before the object: in the chunk and untracked. */
+        uint64_t gc = 2 * sizeof(uintptr_t);
+        uint64_t zero[2] = {0, 0};
+        if (off < gc || memcmp(v->chunk + off - gc, zero, gc) != 0) {
+            return pycds_fail(PYCDS_E_CORRUPT, "tuple at %llu has a bad GC header",
+                              (unsigned long long)off);
+        }
+    }
+    if (t == &PyUnicode_Type) {
+        int rc = pycds_layout_check_object(p);
+        if (rc) {
+            return rc;
+        }
+    }
+    v->seen[off / 8] = 1;
+    if (t == &PyTuple_Type || t == &PyCode_Type) {
+        if (v->depth == v->cap) {
+            size_t ncap = v->cap ? 2 * v->cap : 256;
+            PyObject **s = realloc(v->stack, ncap * sizeof(*s));
+            if (s == NULL) {
+                return pycds_fail(PYCDS_E_NOMEM, "cannot grow the check stack");
+            }
+            v->stack = s;
+            v->cap = ncap;
+        }
+        v->stack[v->depth++] = p;
+    }
+    return PYCDS_OK;
+}
+
+/* The pointer field at field (inside the chunk): must be a relocated slot
+ * (not FROZENSET unless any type is allowed), then its target checked. */
+static int
+check_field(verifier *v, PyObject **field, PyTypeObject *want)
+{
+    uint64_t off = (uint64_t)((uint8_t *)field - v->chunk);
+    uint8_t k = v->slot_kind[off / 8];
+    if (off % 8 != 0 || k == SLOT_NONE
+        || (want != NULL && k == PYCDS_RELOC_FROZENSET + 1)) {
+        return pycds_fail(PYCDS_E_CORRUPT, "pointer at %llu was not relocated",
+                          (unsigned long long)off);
+    }
+    return check_target(v, *field, want);
+}
+
+/* Every item of tuple t (checked already) must be of exact type want. */
+static int
+check_items(verifier *v, PyObject *t, PyTypeObject *want)
+{
+    for (Py_ssize_t i = 0; i < Py_SIZE(t); i++) {
+        PyObject **item = &((PyTupleObject *)t)->ob_item[i];
+        int rc = inside(v, t) ? check_field(v, item, want)
+                              : (Py_TYPE(*item) == want ? PYCDS_OK
+                                 : pycds_fail(PYCDS_E_CORRUPT, "bad static tuple"));
+        if (rc) {
+            return rc;
+        }
+    }
+    return PYCDS_OK;
+}
+
+int
+pycds_verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n,
+             uint64_t root_off)
+{
+    uint8_t *maps = calloc(2 * (len / 8 + 1), 1);
+    verifier v = {chunk, len, maps, maps ? maps + len / 8 + 1 : NULL,
+                  NULL, 0, 0};
+    int rc = PYCDS_OK;
+    if (maps == NULL) {
+        rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the check maps");
+        goto done;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t w = (rel[i] & ~(uint32_t)7u) / 8;
+        if (v.slot_kind[w] != SLOT_NONE) {
+            rc = pycds_fail(PYCDS_E_CORRUPT, "two relocations of one slot");
+            goto done;
+        }
+        v.slot_kind[w] = (uint8_t)((rel[i] & 7u) + 1);
+    }
+    rc = check_target(&v, (PyObject *)(chunk + root_off), &PyCode_Type);
+    for (uint64_t i = 0; rc == PYCDS_OK && i < n; i++) {
+        int kind = (int)(rel[i] & 7u);
+        PyObject **slot = (PyObject **)(chunk + (rel[i] & ~(uint32_t)7u));
+        if (kind == PYCDS_RELOC_INTERN) {
+            rc = check_target(&v, *slot, &PyUnicode_Type);
+        }
+        else if (kind == PYCDS_RELOC_FROZENSET) {
+            rc = check_target(&v, *slot, &PyTuple_Type);
+        }
+        else if (kind == PYCDS_RELOC_SINGLETON) {
+            rc = check_target(&v, *slot, NULL);
+        }
+    }
+    const pycds_code_field *fields;
+    size_t nfields = pycds_layout_code_fields(&fields);
+    while (rc == PYCDS_OK && v.depth > 0) {
+        PyObject *op = v.stack[--v.depth];
+        if (Py_TYPE(op) == &PyTuple_Type) {
+            for (Py_ssize_t i = 0; rc == PYCDS_OK && i < Py_SIZE(op); i++) {
+                rc = check_field(&v, &((PyTupleObject *)op)->ob_item[i], NULL);
+            }
+        }
+        else {
+            for (size_t i = 0; rc == PYCDS_OK && i < nfields; i++) {
+                PyObject **f = (PyObject **)((uint8_t *)op + fields[i].offset);
+                rc = check_field(&v, f, fields[i].type);
+                if (rc == PYCDS_OK && fields[i].item_type != NULL) {
+                    rc = check_items(&v, *f, fields[i].item_type);
+                }
+            }
+            if (rc == PYCDS_OK) {
+                rc = pycds_layout_check_object(op);
+            }
+        }
+    }
+done:
+    free(maps);
+    free(v.stack);
+    return rc;
+}
+

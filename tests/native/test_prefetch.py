@@ -1,0 +1,189 @@
+"""The read-ahead thread (native/prefetch.c): stage 1 of the modules after
+the one being imported runs on another CPU.  Whatever it does, every module
+must come out exactly as without it, a damaged chunk must be reported by
+the importing thread, and fork() must leave neither a stuck module nor a
+thread behind."""
+
+import os
+import random
+
+import pytest
+
+from pycds import _format as F
+from pycds import _nativeapi as N
+from pycds import _writer as W
+from pycds.errors import NativeError
+
+from conftest import flip_bits, run_python
+from test_archive import archive_of, same_code
+
+TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
+
+
+def stdlib_codes(n=80):
+    """n stdlib modules compiled from source: name -> code object."""
+    import sysconfig
+    d = sysconfig.get_paths()["stdlib"]
+    names = sorted(f for f in os.listdir(d) if f.endswith(".py") and f != "antigravity.py")
+    out = {}
+    for f in names[:n]:
+        path = os.path.join(d, f)
+        with open(path, "rb") as fh:
+            out[f[:-3]] = compile(fh.read(), path, "exec")
+    return out
+
+
+@pytest.fixture(scope="module")
+def codes():
+    return stdlib_codes()
+
+
+def load_all(index, arch, order):
+    return {name: arch.load(index.lookup(name)) for name in order}
+
+
+class TestSameObjects:
+    @pytest.mark.parametrize("order", ["dump", "reversed", "random"])
+    def test_every_module_as_without_read_ahead(self, codes, tmp_path, order):
+        names = list(codes)
+        if order == "reversed":
+            names.reverse()
+        elif order == "random":
+            random.Random(7).shuffle(names)
+        index, arch = archive_of(codes, tmp_path)
+        arch.set_prefetch(64 << 10)
+        got = load_all(index, arch, names)
+        for name, code in codes.items():
+            assert same_code(code, got[name]), name
+        if TWO_CPUS and order == "dump":
+            # in dump order, most modules come after one already imported
+            assert arch.prefetched() > len(codes) // 4
+        elif not TWO_CPUS:
+            assert arch.prefetched() == 0
+        index.close()
+
+    def test_off_reads_nothing_ahead(self, codes, tmp_path):
+        index, arch = archive_of(codes, tmp_path)
+        arch.set_prefetch(0)
+        load_all(index, arch, list(codes))
+        assert arch.prefetched() == 0
+        index.close()
+
+    def test_loading_twice_gives_the_same_object(self, codes, tmp_path):
+        index, arch = archive_of(codes, tmp_path)
+        arch.set_prefetch(1 << 20)
+        first = load_all(index, arch, list(codes))
+        again = load_all(index, arch, list(codes))
+        assert all(first[n] is again[n] for n in codes)
+        index.close()
+
+
+class TestDamage:
+    def test_damaged_chunk_is_reported_by_the_importer(self, codes, tmp_path):
+        """The read-ahead thread meets the bad chunk first; the import of
+        that module must still fail with the checksum message, and only
+        that one."""
+        names = list(codes)
+        index, arch = archive_of(codes, tmp_path)
+        victim = index.lookup(names[5])
+        path = index.path
+        index.close()
+        flip_bits(path, index.header.heap_off + victim.chunk_off + victim.chunk_len // 2,
+                  0x40)
+        index = F.Index.open(path)
+        arch = N.NativeArchive(index.fd, index.header, index.meta["layout"],
+                               prefetch=1 << 20)
+        for i, name in enumerate(names):
+            entry = index.lookup(name)
+            if i == 5:
+                with pytest.raises(NativeError, match="checksum mismatch"):
+                    arch.load(entry)
+            else:
+                assert same_code(codes[name], arch.load(entry))
+        with pytest.raises(NativeError, match="failed to load before"):
+            arch.load(index.lookup(names[5]))
+        index.close()
+
+    def test_damaged_chunk_table_refuses_the_archive(self, codes, tmp_path):
+        index, _ = archive_of(codes, tmp_path)
+        path, h = index.path, index.header
+        index.close()
+        flip_bits(path, h.chunks_off + F.CHUNK_REC + 3)
+        index = F.Index.open(path)
+        with pytest.raises(NativeError, match="chunk table checksum mismatch"):
+            N.NativeArchive(index.fd, index.header, index.meta["layout"])
+        index.close()
+
+    def test_overlapping_chunks_refuse_the_archive(self, codes, tmp_path):
+        """A re-signed table whose chunks overlap: a chunk read would land
+        on another module's live objects, so the whole table is refused."""
+        index, _ = archive_of(codes, tmp_path)
+        entries = index.entries()
+        h = index.header
+        with open(index.path, "rb") as f:
+            data = f.read()
+        index.close()
+        entries[3].chunk_off = entries[2].chunk_off + 8
+        table, total = W.chunk_table(entries, h.archive_id, strict=False)
+        h.chunks_sum = total
+        blob = bytearray(data)
+        blob[h.chunks_off:h.chunks_off + len(table)] = table
+        blob[:F.HEADER_SIZE] = h.pack()
+        path = str(tmp_path / "overlap.img")
+        with open(path, "wb") as f:
+            f.write(blob)
+        index = F.Index.open(path)
+        with pytest.raises(NativeError, match="chunk table entry 3 out of range"):
+            N.NativeArchive(index.fd, index.header, index.meta["layout"])
+        index.close()
+
+
+FORKER = r"""
+import os, sys, time
+import json, email.parser, http.client
+pids = []
+for i in range(6):
+    pid = os.fork()
+    if pid == 0:
+        import xml.dom.minidom, logging.handlers, pycds
+        ok = pycds.stats()["served"] > 3 and \
+            xml.dom.minidom.parseString("<a/>").documentElement.tagName == "a"
+        os._exit(0 if ok else 3)
+    pids.append(pid)
+codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
+time.sleep(0.6)        # the read-ahead thread exits after 200 ms idle
+threads = len(os.listdir("/proc/self/task"))
+print(codes, threads)
+"""
+
+
+class TestProcess:
+    def test_fork_while_reading_ahead(self, tmp_path):
+        (tmp_path / "forker.py").write_text(FORKER)
+        img = str(tmp_path / "f.img")
+        prog = ["-c", "import json, email.parser, http.client, xml.dom.minidom, "
+                "logging.handlers"]
+        d = run_python(prog, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert d.rc == 0, d
+        for _ in range(3):
+            # -W always: CPython 3.12+ warns when a multi-threaded process forks
+            r = run_python(["-W", "always", "forker.py"], cwd=tmp_path,
+                           PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+            assert r.rc == 0, r
+            assert "multi-threaded" not in r.err, r
+            assert r.out == "[0, 0, 0, 0, 0, 0] 1\n", r
+            assert r.warnings() == [] and r.fallbacks() == [], r
+            assert "json" in r.served() and "xml.dom.minidom" in r.served(), r
+
+    @pytest.mark.skipif(not TWO_CPUS, reason="read-ahead needs two CPUs")
+    def test_switch(self, tmp_path):
+        img = str(tmp_path / "s.img")
+        prog = ["-c", "import json, email.parser, http.client, pycds; "
+                "print(pycds.stats()['served'] > 5, pycds.stats()['prefetched'] > 0)"]
+        d = run_python(prog, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert d.rc == 0, d
+        on = run_python(prog, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        off = run_python(prog, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                         PYCDSPREFETCH="0")
+        assert (on.out, off.out) == ("True True\n", "True False\n"), (on, off)
+        assert on.err == off.err == ""
