@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@
 static const bf16k_kernel_desc *hw_desc;     /* set once by detect() */
 #if defined(__x86_64__)
 static int have_avx512bw;   /* set by detect(): AVX512 conversion loops */
+static int have_avx512vl;   /* ... and with VL: the fused epilogue */
 #endif
 static _Atomic(const bf16k_kernel_desc *) selected;  /* NULL: use hw_desc */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
@@ -61,6 +63,7 @@ detect(void)
     __builtin_cpu_init();
     have_avx512bw = __builtin_cpu_supports("avx512f")
         && __builtin_cpu_supports("avx512bw");
+    have_avx512vl = have_avx512bw && __builtin_cpu_supports("avx512vl");
     if (__builtin_cpu_supports("avx512bf16")
             && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512vl")) {
@@ -544,8 +547,21 @@ pack_a(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs, int64_t cs,
  * chunks (row blocks, or groups of B panels) that workers claim from an
  * atomic counter, so a thread slowed down by another process (or by
  * OpenBLAS workers spinning after a numpy call) just claims fewer chunks. */
+/* Post-ops of bf16k_sbgemm_fused, applied to each tile of C once its last
+ * K block is done (while it is in L1): + bias[j], + residual, round to
+ * BF16, ReLU on the rounded bits. */
+typedef struct {
+    const float *bias;      /* n, or NULL */
+    const uint16_t *res;    /* res[i*ldr + j] BF16, or NULL */
+    int64_t ldr;
+    int relu;
+    uint16_t *out;          /* out[i*ldo + j] BF16 */
+    int64_t ldo;
+} epilogue_t;
+
 typedef struct {
     const bf16k_kernel_desc *d;
+    const epilogue_t *ep;   /* fused call: C is per-worker scratch */
     int64_t m, n, k;
     float alpha, beta;
     const uint16_t *a;
@@ -568,6 +584,8 @@ typedef struct {
     size_t cap;             /* uint16 elements */
     int64_t m0, m1;         /* rows held when `valid` */
     int valid;
+    float *cbuf;            /* fused calls: fp32 C of the current chunk */
+    size_t ccap;            /* floats */
 } apack_t;
 
 static int
@@ -585,6 +603,112 @@ apack_reserve(apack_t *ap, size_t need)
     ap->cap = need;
     ap->valid = 0;
     return BF16K_OK;
+}
+
+/* One BF16 result from an fp32 value: round to nearest even (NaN -> sign
+ * | quiet NaN), then ReLU on the bits: negative values, -0 and NaNs with
+ * the sign bit become +0 (as pycds.bf16.functional.relu_bf16). */
+static inline uint16_t
+epi_round(float v, int relu)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof(u));
+    uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+        r = (u >> 16 & 0x8000u) | 0x7FC0u;
+    }
+    if (relu && (r & 0x8000u)) {
+        r = 0;
+    }
+    return (uint16_t)r;
+}
+
+/* Post-ops for rows [i0, i0+rows) x columns [j0, j0+ncols) of the result;
+ * s is the fp32 tile (s[r*lds + c] is element (i0+r, j0+c)). */
+static void
+epilogue_scalar(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
+                int rows, int64_t j0, int ncols)
+{
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = i0 + r;
+        for (int c = 0; c < ncols; c++) {
+            const int64_t j = j0 + c;
+            float v = s[r * lds + c];
+            if (e->bias != NULL) {
+                v += e->bias[j];
+            }
+            if (e->res != NULL) {
+                uint32_t u = (uint32_t)e->res[i * e->ldr + j] << 16;
+                float f;
+                memcpy(&f, &u, sizeof(f));
+                v += f;
+            }
+            e->out[i * e->ldo + j] = epi_round(v, e->relu);
+        }
+    }
+}
+
+#if defined(__x86_64__)
+/* The same, 16 columns at a time (masked tail); bit-identical results. */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void
+epilogue_avx512(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
+                int rows, int64_t j0, int ncols)
+{
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i bias7f = _mm512_set1_epi32(0x7FFF);
+    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512i inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i sign16 = _mm512_set1_epi32(0x8000);
+    const __m512i qnan = _mm512_set1_epi32(0x7FC0);
+    const __m256i zero16 = _mm256_setzero_si256();
+    for (int r = 0; r < rows; r++) {
+        const int64_t i = i0 + r;
+        for (int c = 0; c < ncols; c += 16) {
+            const int64_t j = j0 + c;
+            __mmask16 m = ncols - c >= 16 ? (__mmask16)0xFFFF
+                                          : (__mmask16)((1u << (ncols - c)) - 1u);
+            __m512 v = _mm512_maskz_loadu_ps(m, s + r * lds + c);
+            if (e->bias != NULL) {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e->bias + j));
+            }
+            if (e->res != NULL) {
+                __m256i h = _mm256_maskz_loadu_epi16(m, e->res + i * e->ldr + j);
+                v = _mm512_add_ps(v, _mm512_castsi512_ps(
+                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+            }
+            __m512i u = _mm512_castps_si512(v);
+            __m512i hi = _mm512_srli_epi32(u, 16);
+            __m512i rr = _mm512_srli_epi32(_mm512_add_epi32(
+                u, _mm512_add_epi32(bias7f, _mm512_and_si512(hi, one))), 16);
+            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
+            rr = _mm512_mask_mov_epi32(rr, nan,
+                _mm512_or_si512(_mm512_and_si512(hi, sign16), qnan));
+            __m256i o = _mm512_cvtepi32_epi16(rr);
+            if (e->relu) {
+                o = _mm256_max_epi16(o, zero16);   /* signed: clears negatives */
+            }
+            _mm256_mask_storeu_epi16(e->out + i * e->ldo + j, m, o);
+        }
+    }
+}
+#endif
+
+/* The generic kernel keeps the portable epilogue too, so that selecting it
+ * tests the scalar code on any machine. */
+static void
+epilogue(const bf16k_kernel_desc *d, const epilogue_t *e, const float *s,
+         int64_t lds, int64_t i0, int rows, int64_t j0, int ncols)
+{
+#if defined(__x86_64__)
+    if (have_avx512vl && d != &bf16k_generic_desc) {
+        epilogue_avx512(e, s, lds, i0, rows, j0, ncols);
+        return;
+    }
+#else
+    (void)d;
+#endif
+    epilogue_scalar(e, s, lds, i0, rows, j0, ncols);
 }
 
 /* C[m0:m1, panels p0:p1] of the call g. */
@@ -619,9 +743,28 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
             return rc;
         }
     }
+    /* Where the micro-kernel writes C: the caller's matrix, or for a fused
+     * call this chunk's fp32 scratch (row m0, column p0*nr at its origin). */
+    float *cbase = g->c;
+    int64_t ldc = g->ldc;
+    if (g->ep != NULL) {
+        ldc = (p1 - p0) * nr;
+        size_t need = (size_t)((m1 - m0) * ldc);
+        if (need > ap->ccap) {
+            float *nb = malloc(need * sizeof(float));
+            if (nb == NULL) {
+                return BF16K_E_NOMEM;
+            }
+            free(ap->cbuf);
+            ap->cbuf = nb;
+            ap->ccap = need;
+        }
+        cbase = ap->cbuf - m0 * ldc - p0 * nr;
+    }
     for (int64_t pc = 0; pc < kunits; pc += kcu_max) {
         int64_t kcu = kunits - pc < kcu_max ? kunits - pc : kcu_max;
         float beta = pc == 0 ? g->beta : 1.0f;
+        const int last = pc + kcu >= kunits;
         for (int64_t ic = m0; ic < m1; ic += mc_max) {
             int64_t mc = m1 - ic < mc_max ? m1 - ic : mc_max;
             const uint16_t *ablk;
@@ -653,8 +796,12 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                         ? ablk + ir * a_rs
                         : ablk + (ir / mr) * kcu * mr * ku;
                     d->kern(kcu, at, a_ps, a_rs, bpan,
-                            g->c + (ic + ir) * g->ldc + col, g->ldc, rows,
+                            cbase + (ic + ir) * ldc + col, ldc, rows,
                             ncols, g->alpha, beta);
+                }
+                if (g->ep != NULL && last) {
+                    epilogue(d, g->ep, cbase + ic * ldc + col, ldc, ic, (int)mc,
+                             col, ncols);
                 }
             }
         }
@@ -662,11 +809,11 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     return BF16K_OK;
 }
 
-static void *
-worker(void *arg)
+/* Claim and run chunks of g until none is left. */
+static void
+work_on(gemm_t *g, apack_t *ap)
 {
-    gemm_t *g = arg;
-    apack_t ap = {NULL, 0, 0, 0, 0};
+    ap->valid = 0;        /* a pool worker's buffer holds another call's A */
     for (;;) {
         long long idx = atomic_fetch_add(&g->next, 1);
         if (idx >= g->nchunks) {
@@ -680,15 +827,173 @@ worker(void *arg)
             m0 = idx * g->chunk;
             m1 = m0 + g->chunk < m1 ? m0 + g->chunk : m1;
         }
-        int rc = run_block(g, m0, m1, p0, p1, &ap);
+        int rc = run_block(g, m0, m1, p0, p1, ap);
         if (rc != BF16K_OK) {
             int ok = BF16K_OK;
             atomic_compare_exchange_strong(&g->rc, &ok, rc);
             break;
         }
     }
-    free(ap.buf);
+}
+
+static void
+apack_free(apack_t *ap)
+{
+    free(ap->buf);
+    free(ap->cbuf);
+}
+
+/* Thread entry of a one-off worker (when the pool is taken). */
+static void *
+worker(void *arg)
+{
+    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+    work_on(arg, &ap);
+    apack_free(&ap);
     return NULL;
+}
+
+/* ---- worker pool ----------------------------------------------------------
+ *
+ * Starting a thread per call costs ~40 us here, which a network of fifty
+ * convolutions pays fifty times per image; so, like OpenBLAS and OpenMP
+ * runtimes, sbgemm keeps its workers.  They sleep on a condition variable
+ * between calls (no spinning), keep their packing buffers, block every
+ * signal, and are never joined (they end with the process).  One call owns
+ * the pool at a time; a concurrent call (another Python thread: cffi
+ * releases the GIL) starts one-off threads as before.  After fork() the
+ * child has no workers: the atfork handlers reset the pool, and the child
+ * starts its own on first use. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work;      /* a job was posted (seq changed) */
+    pthread_cond_t done;      /* busy reached 0 */
+    int nthreads;             /* workers started */
+    int in_use;               /* a call owns the pool */
+    unsigned long long seq;   /* job number */
+    gemm_t *job;
+    int busy;                 /* workers still on the job */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, 0};
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static int pool_ok;
+
+/* arg: the job number before the job it was started for (its creator
+ * read it holding the lock, then posted that job). */
+static void *
+pool_worker(void *arg)
+{
+    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+    unsigned long long seen = (unsigned long long)(uintptr_t)arg;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (pool.seq == seen) {
+            pthread_cond_wait(&pool.work, &pool.mu);
+        }
+        seen = pool.seq;
+        gemm_t *g = pool.job;
+        pthread_mutex_unlock(&pool.mu);
+        work_on(g, &ap);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.busy == 0) {
+            pthread_cond_signal(&pool.done);
+        }
+    }
+    return NULL;
+}
+
+static void
+pool_before_fork(void)
+{
+    pthread_mutex_lock(&pool.mu);
+}
+
+static void
+pool_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&pool.mu);
+}
+
+static void
+pool_after_fork_child(void)
+{
+    /* Only the forking thread exists here: no workers, no job. */
+    pool.nthreads = 0;
+    pool.in_use = 0;
+    pool.job = NULL;
+    pool.busy = 0;
+    pthread_mutex_unlock(&pool.mu);
+}
+
+static void
+pool_init(void)
+{
+    pool_ok = pthread_atfork(pool_before_fork, pool_after_fork_parent,
+                             pool_after_fork_child) == 0;
+}
+
+/* Run g on this thread and nt - 1 others; returns g's status. */
+static int
+run_threads(gemm_t *g, int nt)
+{
+    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+    pthread_once(&pool_once, pool_init);
+    int pooled = 0;
+    if (pool_ok) {
+        pthread_mutex_lock(&pool.mu);
+        if (!pool.in_use) {
+            sigset_t all, old;
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &all, &old);
+            while (pool.nthreads < nt - 1) {
+                pthread_t tid;
+                if (pthread_create(&tid, NULL, pool_worker,
+                                   (void *)(uintptr_t)pool.seq) != 0) {
+                    break;
+                }
+                pthread_detach(tid);
+                pool.nthreads++;
+            }
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            if (pool.nthreads > 0) {
+                pooled = 1;
+                pool.in_use = 1;
+                pool.job = g;
+                pool.busy = pool.nthreads;
+                pool.seq++;
+                pthread_cond_broadcast(&pool.work);
+            }
+        }
+        pthread_mutex_unlock(&pool.mu);
+    }
+    if (pooled) {
+        work_on(g, &ap);
+        pthread_mutex_lock(&pool.mu);
+        while (pool.busy > 0) {
+            pthread_cond_wait(&pool.done, &pool.mu);
+        }
+        pool.job = NULL;
+        pool.in_use = 0;
+        pthread_mutex_unlock(&pool.mu);
+        apack_free(&ap);
+        return atomic_load(&g->rc);
+    }
+    pthread_t tids[BF16K_MAX_THREADS];
+    int started = 0;
+    for (int t = 1; t < nt; t++) {
+        /* On failure the threads already running (and this one) simply
+         * claim the remaining chunks. */
+        if (pthread_create(&tids[t], NULL, worker, g) != 0) {
+            break;
+        }
+        started = t;
+    }
+    work_on(g, &ap);
+    for (int t = 1; t <= started; t++) {
+        pthread_join(tids[t], NULL);
+    }
+    apack_free(&ap);
+    return atomic_load(&g->rc);
 }
 
 /* C = beta * C when K == 0 (no products). */
@@ -715,11 +1020,12 @@ bf16k_packed_layout(void)
     return d ? layout_id(d) : BF16K_E_NOKERNEL;
 }
 
-int
-bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
-                    const uint16_t *a, int64_t a_rs, int64_t a_cs,
-                    const uint16_t *bp, int64_t bp_len, int layout,
-                    float beta, float *c, int64_t ldc)
+/* The checks and the threaded run shared by both entry points. */
+static int
+sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
+           const uint16_t *a, int64_t a_rs, int64_t a_cs,
+           const uint16_t *bp, int64_t bp_len, int layout,
+           float beta, float *c, int64_t ldc, const epilogue_t *ep)
 {
     const bf16k_kernel_desc *d = get_desc();
     if (d == NULL) {
@@ -728,17 +1034,27 @@ bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
     if (layout != layout_id(d)) {
         return BF16K_E_LAYOUT;
     }
-    if (m < 0 || n < 0 || k < 0 || ldc < n) {
+    if (m < 0 || n < 0 || k < 0 || (ep == NULL && ldc < n)) {
         return BF16K_E_ARG;
     }
     if (m == 0 || n == 0) {
         return BF16K_OK;
     }
-    if (c == NULL) {
+    if (ep == NULL && c == NULL) {
         return BF16K_E_ARG;
     }
-    if (k == 0) {
+    if (k == 0 && ep == NULL) {
         scale_c(m, n, beta, c, ldc);
+        return BF16K_OK;
+    }
+    if (k == 0) {
+        /* No products: the post-ops of zero. */
+        float zero[64] = {0};
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j += 64) {
+                epilogue_scalar(ep, zero, 0, i, 1, j, (int)(n - j < 64 ? n - j : 64));
+            }
+        }
         return BF16K_OK;
     }
     if (a == NULL || bp == NULL || bp_len < packed_len(d, k, n)
@@ -759,6 +1075,7 @@ bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
      * panels instead, so B crosses the memory bus once. */
     gemm_t g;
     g.d = d;
+    g.ep = ep;
     g.m = m;
     g.n = n;
     g.k = k;
@@ -781,6 +1098,11 @@ bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
         int64_t t = ceil_div(tiles, (int64_t)nt * ROW_CHUNKS_PER_THREAD);
         g.chunk = (t < MC_TILES ? t : MC_TILES) * d->mr;
     }
+    if (ep != NULL && !g.split_n && g.chunk > (int64_t)MC_TILES * d->mr) {
+        /* Fused: a chunk's fp32 C lives in per-worker scratch; keep it to
+         * one A block of rows so that it stays in cache. */
+        g.chunk = (int64_t)MC_TILES * d->mr;
+    }
     g.nchunks = ceil_div(g.split_n ? panels : m, g.chunk);
     if (nt > g.nchunks) {
         nt = (int)g.nchunks;
@@ -788,19 +1110,36 @@ bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
     atomic_init(&g.next, 0);
     atomic_init(&g.rc, BF16K_OK);
 
-    pthread_t tids[BF16K_MAX_THREADS];
-    int started = 0;
-    for (int t = 1; t < nt; t++) {
-        /* On failure the threads already running (and this one) simply
-         * claim the remaining chunks. */
-        if (pthread_create(&tids[t], NULL, worker, &g) != 0) {
-            break;
-        }
-        started = t;
+    if (nt <= 1) {
+        apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+        work_on(&g, &ap);
+        apack_free(&ap);
+        return atomic_load(&g.rc);
     }
-    worker(&g);
-    for (int t = 1; t <= started; t++) {
-        pthread_join(tids[t], NULL);
+    return run_threads(&g, nt);
+}
+
+int
+bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
+                    const uint16_t *a, int64_t a_rs, int64_t a_cs,
+                    const uint16_t *bp, int64_t bp_len, int layout,
+                    float beta, float *c, int64_t ldc)
+{
+    return sbgemm_run(m, n, k, alpha, a, a_rs, a_cs, bp, bp_len, layout,
+                      beta, c, ldc, NULL);
+}
+
+int
+bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t *a, int64_t a_rs, int64_t a_cs,
+                   const uint16_t *bp, int64_t bp_len, int layout,
+                   const float *bias, const uint16_t *res, int64_t ldr,
+                   int relu, uint16_t *out, int64_t ldo)
+{
+    if (out == NULL || ldo < n || (res != NULL && ldr < n)) {
+        return BF16K_E_ARG;
     }
-    return atomic_load(&g.rc);
+    epilogue_t ep = {bias, res, ldr, relu != 0, out, ldo};
+    return sbgemm_run(m, n, k, alpha, a, a_rs, a_cs, bp, bp_len, layout,
+                      0.0f, NULL, 0, &ep);
 }

@@ -119,6 +119,20 @@ int bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
                         const uint16_t *bp, int64_t bp_len, int layout,
                         float beta, float *c, int64_t ldc);
 
+/* out = BF16(relu?(alpha * op(A) @ op(B) + bias + res)), the post-ops
+ * applied to each tile of the fp32 product while it is in cache (as
+ * oneDNN's post-ops): bias (n floats) and res (m x n BF16 at
+ * res[i*ldr + j]) are optional (NULL); the sum is rounded to nearest even
+ * (NaN stays NaN); with relu, negative results, -0 and NaNs with the sign
+ * bit become +0 (ReLU on the rounded bits).  out: m x n uint16 at
+ * out[i*ldo + j]; it may be res itself (ldo == ldr), as each element of res
+ * is read before that element of out is written.  No fp32 C is exposed. */
+int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
+                       const uint16_t *a, int64_t a_rs, int64_t a_cs,
+                       const uint16_t *bp, int64_t bp_len, int layout,
+                       const float *bias, const uint16_t *res, int64_t ldr,
+                       int relu, uint16_t *out, int64_t ldo);
+
 #define BF16K_MAX_THREADS 64
 
 #endif /* PYCDS_BF16_KERNELS_H */

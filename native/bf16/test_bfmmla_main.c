@@ -5,6 +5,9 @@
  * bf16k_sbgemm_packed against a double-precision reference with the fp32
  * summation bound gamma_n * (|alpha| sum|a||b| + |beta c|), n = 2K + 5,
  * u = 2^-24 (products of BF16 values are exact in fp32).
+ * With beta == 0 the case also runs bf16k_sbgemm_fused (bias = row 0 of
+ * C0, a BF16 residual when m + n + k is odd, ReLU when ta) against the same reference
+ * plus the post-ops, allowing the fp32 bound and one BF16 rounding.
  * Exit status 0 on success; prints one line per case with the largest
  * ratio |error| / bound (must be <= 1).
  */
@@ -64,9 +67,12 @@ run_case(int64_t m, int64_t n, int64_t k, int ta, int tb, float alpha,
     uint16_t *b = malloc((size_t)(k * n + 1) * sizeof(*b));
     float *c = malloc((size_t)(m * n + 1) * sizeof(*c));
     float *c0 = malloc((size_t)(m * n + 1) * sizeof(*c0));
+    uint16_t *fo = malloc((size_t)(m * n + 1) * sizeof(*fo));
+    uint16_t *res = malloc((size_t)(m * n + 1) * sizeof(*res));
     int64_t plen = bf16k_packed_b_len(k, n);
     uint16_t *bp = plen >= 0 ? malloc((size_t)(plen + 1) * sizeof(*bp)) : NULL;
-    if (a == NULL || b == NULL || c == NULL || c0 == NULL || bp == NULL) {
+    if (a == NULL || b == NULL || c == NULL || c0 == NULL || bp == NULL
+            || fo == NULL || res == NULL) {
         printf("FAIL alloc (packed len %lld)\n", (long long)plen);
         goto done;
     }
@@ -78,6 +84,7 @@ run_case(int64_t m, int64_t n, int64_t k, int ta, int tb, float alpha,
     }
     for (int64_t i = 0; i < m * n; i++) {
         c0[i] = c[i] = (float)((int)(next_u32() % 2001) - 1000) / 256.0f;
+        res[i] = rand_bf16();
     }
     /* Storage: A is m x k (ta: k x m), B is k x n (tb: n x k), row-major. */
     int64_t a_rs = ta ? 1 : k, a_cs = ta ? m : 1;
@@ -86,6 +93,12 @@ run_case(int64_t m, int64_t n, int64_t k, int ta, int tb, float alpha,
     if (rc == 0) {
         rc = bf16k_sbgemm_packed(m, n, k, alpha, a, a_rs, a_cs, bp, plen,
                                  bf16k_packed_layout(), beta, c, n);
+    }
+    const int fused = beta == 0.0f, relu = ta, use_res = (int)((m + n + k) & 1);
+    if (rc == 0 && fused) {
+        rc = bf16k_sbgemm_fused(m, n, k, alpha, a, a_rs, a_cs, bp, plen,
+                                bf16k_packed_layout(), c0, use_res ? res : NULL,
+                                n, relu, fo, n);
     }
     if (rc != 0) {
         printf("FAIL rc=%d (%s)\n", rc, bf16k_strerror(rc));
@@ -114,6 +127,27 @@ run_case(int64_t m, int64_t n, int64_t k, int ta, int tb, float alpha,
             if (!(ratio <= worst)) {   /* also catches NaN */
                 worst = ratio;
             }
+            if (fused) {
+                /* + bias c0[j] + residual, two more fp32 additions, then
+                 * one BF16 rounding (unit roundoff 2^-8) and the ReLU */
+                double r = use_res ? bf16_to_double(res[i * n + j]) : 0.0;
+                double fref = ref + (double)c0[j] + r;
+                double flim = lim + fabs((double)c0[j]) + fabs(r);
+                double fnu = (double)(2 * k + 7) * ldexp(1.0, -24);
+                double ev = fnu / (1.0 - fnu) * flim;
+                double bound = ev + ldexp(1.0, -8) * (fabs(fref) + ev);
+                if (relu) {
+                    fref = fref > 0.0 ? fref : 0.0;
+                }
+                double ferr = fabs(bf16_to_double(fo[i * n + j]) - fref);
+                double fr = ferr == 0.0 ? 0.0 : ferr / bound;
+                if (!(fr <= worst)) {
+                    worst = fr;
+                }
+                if (relu && (fo[i * n + j] & 0x8000u)) {
+                    worst = 2.0;   /* ReLU left a sign bit */
+                }
+            }
         }
     }
     ok = worst <= 1.0;
@@ -127,6 +161,8 @@ done:
     free(c);
     free(c0);
     free(bp);
+    free(fo);
+    free(res);
     return ok;
 }
 
@@ -137,6 +173,8 @@ main(int argc, char **argv)
         {1, 1, 1}, {1, 9, 5}, {8, 8, 4}, {7, 13, 11}, {16, 16, 16},
         {1, 300, 257}, {8, 64, 1000}, {33, 70, 129}, {100, 90, 300},
         {250, 40, 600}, {64, 300, 130}, {30, 520, 34},
+        /* over 2 * MIN_FLOPS_PER_THREAD: two threads (the worker pool) */
+        {160, 130, 900},
     };
     int failures = 0, cases = 0;
     /* argv[1]: a kernel to select first (e.g. "generic"). */

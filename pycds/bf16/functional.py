@@ -4,6 +4,9 @@ Exports
 -------
 conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", residual=None)
     2-D convolution (cross-correlation, as PyTorch) by im2col + ``sbgemm``.
+conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, residual=None, relu=False)
+    The same on BF16 NHWC activations, returning BF16 NHWC: bias, a BF16
+    shortcut and the ReLU applied inside the GEMM (``sbgemm_fused``).
 pack_conv_weight(w, groups=1) -> PackedConv
     Reorder and pack a convolution weight once, at model load.
 linear(x, w, bias=None)
@@ -34,7 +37,7 @@ output.  NCHW calls transpose at the edges; the models in
 import numpy as np
 
 from pycds.bf16.convert import to_bf16, to_float32
-from pycds.bf16.gemm import PackedB, pack, sbgemm
+from pycds.bf16.gemm import PackedB, pack, sbgemm, sbgemm_fused
 from pycds.bf16.im2col import LAYOUTS, _pair, conv_output_size, im2col, pad2d
 
 __all__ = [
@@ -309,6 +312,79 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="N
     return to_nchw(out) if layout == "NCHW" else out
 
 
+def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, residual=None,
+                relu=False):
+    """2-D convolution of BF16 NHWC activations to BF16 NHWC, post-ops fused.
+
+    ``out = BF16(relu(conv(x, w) + bias + residual))`` with the geometry of
+    :func:`conv2d`; the bias, the shortcut and the ReLU are applied by
+    :func:`pycds.bf16.gemm.sbgemm_fused` to each tile of the GEMM while it
+    is in cache, so the fp32 result never reaches memory and the next
+    layer reads half the bytes (what oneDNN's fused convolution post-ops
+    and PyTorch's bf16 inference do).
+
+    Parameters
+    ----------
+    x : ndarray of BF16 (uint16 bits or ``ml_dtypes.bfloat16``), shape (N, H, W, C)
+    w : PackedConv, or ndarray of float32/BF16 of shape (K, C/groups, KH, KW)
+    bias : ndarray of float32, shape (K,), optional
+    stride, padding, dilation, groups
+        As for :func:`conv2d`.
+    residual : ndarray of uint16 (BF16 bits), shape (N, OH, OW, K), C-contiguous, optional
+        Added before the ReLU.  It may be overwritten: the result is written
+        into it when it has exactly that shape (and returned).
+    relu : bool
+        ReLU on the rounded result (negative values and -0 become +0; see
+        :func:`relu_bf16`).
+
+    Returns
+    -------
+    ndarray of uint16, shape (N, OH, OW, K)
+        BF16 bits, C-contiguous.
+
+    Raises
+    ------
+    ValueError
+        As :func:`conv2d`, and if `residual` is not C-contiguous BF16 of the
+        output's shape.
+    """
+    xb = np.ascontiguousarray(as_bf16(x))  # (N, H, W, C) uint16
+    _check4d(xb, "x", "NHWC")
+    pw = w if isinstance(w, PackedConv) else pack_conv_weight(w, groups)
+    if pw.groups != groups:
+        raise ValueError(f"groups={groups} does not match the packed weight's groups={pw.groups}")
+    N, H, W, C = xb.shape
+    if C != pw.in_channels:
+        raise ValueError(
+            f"x has {C} channels, weight {pw.shape} with groups={groups} expects {pw.in_channels}"
+        )
+    (KH, KW), S, P, D = pw.kernel_size, _pair(stride, "stride"), _pair(padding, "padding"), \
+        _pair(dilation, "dilation")
+    OH = conv_output_size(H, KH, S[0], P[0], D[0])
+    OW = conv_output_size(W, KW, S[1], P[1], D[1])
+    K = pw.out_channels
+    if residual is not None:
+        residual = as_bf16(residual)
+        if residual.shape != (N, OH, OW, K) or not residual.flags.c_contiguous:
+            raise ValueError(f"residual must be C-contiguous BF16 of shape {(N, OH, OW, K)}, "
+                             f"got {residual.dtype} {residual.shape}")
+        res = residual.reshape(N * OH * OW, K)
+        out = res if residual.flags.writeable else np.empty_like(res)
+    else:
+        res = None
+        out = np.empty((N * OH * OW, K), dtype=np.uint16)
+    bias = None if bias is None else np.asarray(bias, dtype=np.float32)
+    Cg, Kg = C // groups, K // groups
+    for g in range(groups):
+        xg = xb if groups == 1 else xb[..., g * Cg:(g + 1) * Cg]
+        cols = im2col(xg, (KH, KW), S, P, D, "NHWC")  # (N*OH*OW, KH*KW*Cg)
+        ks = slice(g * Kg, (g + 1) * Kg)
+        sbgemm_fused(cols, pw.packed[g], bias=None if bias is None else bias[ks],
+                     residual=None if res is None else res[:, ks], relu=relu,
+                     out=out[:, ks])
+    return out.reshape(N, OH, OW, K)
+
+
 def _accumulator(residual, bias, shape, layout):
     # The sbgemm C operand (M, K) float32 and its beta: bias broadcast, plus residual.
     N, OH, OW, K = shape
@@ -517,12 +593,16 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, layout="NCHW"
     Parameters
     ----------
     x : ndarray of float32, shape (N, C, H, W), or (N, H, W, C) if NHWC
+        (any real dtype works: an int16 view of non-negative BF16 bits, as
+        after a ReLU, pools exactly, since their integer order is their
+        value order).
     kernel_size : int or (int, int)
         ``(KH, KW)``.
     stride : int or (int, int), optional
         Defaults to `kernel_size`.
     padding : int or (int, int)
-        Implicit ``-inf`` padding, at most half the kernel.
+        Implicit ``-inf`` padding (the dtype's minimum for integers), at
+        most half the kernel.
     dilation : int or (int, int)
     layout : {"NCHW", "NHWC"}
 
@@ -543,7 +623,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, layout="NCHW"
     ``np.maximum`` of strided views; never a loop over pixels.
     """
     x, (KH, KW), S, P, D, O = _pool_geometry(x, kernel_size, stride, padding, dilation, layout)
-    xp = pad2d(x, P, -np.inf, layout)
+    # Padding never wins: -inf, or the dtype's minimum for integer input.
+    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = pad2d(x, P, fill, layout)
     out = None
     for i in range(KH):
         for j in range(KW):

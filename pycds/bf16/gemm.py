@@ -5,6 +5,11 @@ Exports
 sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)
     ``C = alpha * op(A) @ op(B) + beta * C``, the semantics of OpenBLAS
     ``cblas_sbgemm`` (row-major, ``CblasRowMajor``).
+sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0, trans_a=False)
+    ``BF16(relu(alpha * op(A) @ B + bias + residual))``: sbgemm with its
+    post-ops applied per tile while the fp32 tile is in cache (oneDNN's
+    "post-ops"), returning BF16; what a convolution layer with a folded
+    batch norm, a ReLU and a ResNet shortcut needs, in one pass.
 pack(b, trans_b=False) -> PackedB
     Reorder BF16 weights once (at model load) into the active kernel's panel
     layout, like a oneDNN weight reorder; ``sbgemm`` takes it as `b`.
@@ -59,7 +64,7 @@ except ImportError as exc:  # the native module is part of the product
         name="pycds.bf16._kernels",
     ) from exc
 
-__all__ = ["sbgemm", "pack", "PackedB", "kernel_name", "Bf16KernelError"]
+__all__ = ["sbgemm", "sbgemm_fused", "pack", "PackedB", "kernel_name", "Bf16KernelError"]
 
 ENV_KERNEL = "PYCDS_BF16_KERNEL"
 
@@ -362,6 +367,118 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
         _ffi.cast("float *", _ffi.from_buffer(dst, require_writable=True)), n))
     if not direct:
         out[...] = dst
+    return out
+
+
+def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0,
+                 trans_a=False):
+    """``out = BF16(relu(alpha * op(A) @ B + bias + residual))``, in one pass.
+
+    sbgemm (BF16 inputs, fp32 accumulation) whose post-ops run on each
+    fp32 tile of the product while it is in cache, as oneDNN's matmul
+    post-ops do: add the bias row, add a BF16 residual, round to BF16
+    (round-to-nearest-even, as :func:`pycds.bf16.convert.to_bf16`), ReLU.
+    No fp32 result is ever written to memory, which is what makes a
+    network of BF16 activations cheaper than rounding fp32 activations
+    between layers.
+
+    Parameters
+    ----------
+    a : ndarray of BF16 (uint16 bits or ``ml_dtypes.bfloat16``), shape (M, K) (or (K, M) with `trans_a`)
+    b : PackedB, or ndarray of BF16, shape (K, N)
+        Weights; packed with :func:`pack` once for repeated use.
+    bias : ndarray of float32, shape (N,), optional
+        Added in fp32 to every row.
+    residual : ndarray of uint16 (BF16 bits), shape (M, N), optional
+        Added in fp32 (a ResNet shortcut).  May be `out` itself.
+    relu : bool
+        ReLU on the rounded value: negative results, -0 and NaNs with the
+        sign bit become +0 (as :func:`pycds.bf16.functional.relu_bf16`).
+    out : ndarray of uint16, shape (M, N), C-contiguous rows, optional
+        Written with the result (rows may be a strided slice of a wider
+        array: row stride ``out.strides[0]``).
+    alpha : float
+        Scale of the product.
+
+    Returns
+    -------
+    ndarray of uint16, shape (M, N)
+        BF16 bit patterns (`out` if given).
+
+    Raises
+    ------
+    ValueError
+        On shape or dtype mismatch (message gives got vs expected).
+    Bf16KernelError
+        If the native kernel reports an error (e.g. out of memory).
+
+    Notes
+    -----
+    Error: that of :func:`sbgemm` for the fp32 value, then one BF16
+    rounding (relative error <= 2**-9).  The additions happen in fp32 in the
+    order ``(alpha * AB + bias) + residual``.
+    """
+    op_a, b, m, n, k = _check_args(a, b, None, trans_a, False)
+    bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    if bias is not None and bias.shape != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {bias.shape}")
+    res = None
+    if residual is not None:
+        res = _as_bf16_bits(residual, "residual")
+        if res.shape != (m, n) or (m and n and (res.strides[1] != 2 or res.strides[0] % 2)):
+            raise ValueError(f"residual must be BF16 of shape ({m}, {n}) with unit column "
+                             f"stride, got {res.dtype} {res.shape}")
+    if out is None:
+        out = np.empty((m, n), dtype=np.uint16)
+    elif out.dtype != np.uint16 or out.shape != (m, n) or \
+            (m and n and (out.strides[1] != 2 or out.strides[0] % 2)) or not out.flags.writeable:
+        raise ValueError(f"out must be writable uint16 of shape ({m}, {n}) with unit column "
+                         f"stride, got {out.dtype} {out.shape}")
+    if _kernel == "fallback" or m == 0 or n == 0:
+        acc = np.empty((m, n), dtype=np.float32)
+        if m and n:
+            _fallback(op_a, b, acc, m, n, k, float(alpha), 0.0, False)
+        return _post_ops(acc, bias, res, relu, out)
+    if isinstance(b, PackedB) and b.layout != _kernel:
+        b = _native_pack(b.to_rowmajor(), False)
+    elif not isinstance(b, PackedB):
+        b = _native_pack(b, False)
+    a_st = np.ascontiguousarray(op_a.T if trans_a else op_a)  # stored (M, K) or (K, M)
+    lda = a_st.shape[1]
+    a_rs, a_cs = (1, lda) if trans_a else (lda, 1)
+    ldo = out.strides[0] // 2 if m > 1 else n
+    ldr = (res.strides[0] // 2 if m > 1 else n) if res is not None else 0
+    _check(_lib.bf16k_sbgemm_fused(
+        m, n, k, float(alpha),
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(a_st)), a_rs, a_cs,
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(b.data)), b.data.size, b._layout_id,
+        _ffi.cast("const float *", _ffi.from_buffer(bias)) if bias is not None else _ffi.NULL,
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(_base_view(res))) if res is not None
+        else _ffi.NULL, ldr, int(bool(relu)),
+        _ffi.cast("uint16_t *", _ffi.from_buffer(_base_view(out), require_writable=True)), ldo))
+    return out
+
+
+def _base_view(x):
+    # A 1-D view of the memory of 2-D `x` (rows possibly strided) from its
+    # first element to its last, for cffi (which wants a contiguous buffer).
+    m, n = x.shape
+    span = (m - 1) * (x.strides[0] // x.itemsize) + n if m and n else 0
+    return np.lib.stride_tricks.as_strided(x, shape=(span,), strides=(x.itemsize,))
+
+
+def _post_ops(acc, bias, res, relu, out):
+    # The post-ops of sbgemm_fused on an fp32 product (fallback kernel).
+    from pycds.bf16.convert import to_bf16
+    if bias is not None:
+        acc += bias
+    if res is not None:
+        acc += to_float32(res)
+    r = to_bf16(acc)  # (M, N) uint16, round to nearest even
+    if relu:
+        v = r.view(np.int16)
+        np.maximum(v, 0, out=v)
+    out[...] = r
     return out
 
 

@@ -154,6 +154,13 @@ class Conv2d:
         return F.conv2d(x, self._packed, self.bias, self.stride, self.padding, self.dilation,
                         self.groups, self.layout, residual)
 
+    def bf16(self, x, residual=None, relu=False):
+        """x : (N, H, W, C) BF16 (uint16 bits) -> (N, OH, OW, K) BF16, NHWC whatever
+        ``layout`` says; bias, `residual` (BF16, overwritten with the result) and ReLU
+        fused into the GEMM.  See :func:`pycds.bf16.functional.conv2d_bf16`."""
+        return F.conv2d_bf16(x, self._packed, self.bias, self.stride, self.padding,
+                             self.dilation, self.groups, residual, relu)
+
     def __repr__(self):
         return (f"Conv2d({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "

@@ -336,19 +336,18 @@ class Bottleneck:
             self.downsample = _conv_bn(sd, f"{prefix}.downsample.0", f"{prefix}.downsample.1", stride)
 
     def __call__(self, x):
-        """x : (N, H, W, C) float32 -> (N, H/S, W/S, 4*width) float32.
+        """x : (N, H, W, C) BF16 (uint16 bits) -> (N, H/S, W/S, 4*width) BF16.
 
-        `x` must be C-contiguous; it is overwritten (it serves as the
-        shortcut accumulator when there is no downsample).
+        Activations stay BF16 between convolutions: each convolution rounds
+        its fp32 result to BF16 with its bias, the shortcut and the ReLU
+        fused into the GEMM (functional.conv2d_bf16), as PyTorch's bf16
+        inference rounds every layer's output.  `x` must be C-contiguous;
+        it is overwritten when it is the shortcut (no downsample).
         """
-        xb = F.as_bf16(x)  # (N, H, W, C) uint16, shared by conv1 and downsample
-        # conv1/conv2 outputs only feed the next convolution: round to BF16 first, then
-        # ReLU on the bits (same result, half the bytes; functional.relu_bf16).
-        out = F.relu_bf16(F.as_bf16(self.conv1(xb)), inplace=True)  # (N, H, W, width) uint16
-        out = F.relu_bf16(F.as_bf16(self.conv2(out)), inplace=True)  # (N, H/S, W/S, width) uint16
-        shortcut = x if self.downsample is None else self.downsample(xb)  # (N, H/S, W/S, 4*width)
-        out = self.conv3(out, residual=shortcut)  # conv3(out) + shortcut, written into shortcut
-        return F.relu(out, inplace=True)
+        out = self.conv1.bf16(x, relu=True)  # (N, H, W, width)
+        out = self.conv2.bf16(out, relu=True)  # (N, H/S, W/S, width)
+        shortcut = x if self.downsample is None else self.downsample.bf16(x)  # (N, H/S, W/S, 4*width)
+        return self.conv3.bf16(out, residual=shortcut, relu=True)  # written into shortcut
 
 
 class ResNet50:
@@ -407,11 +406,12 @@ class ResNet50:
         -------
         ndarray of float32, shape (N, num_classes)
         """
-        x = F.to_nhwc(np.asarray(x, np.float32))  # (N, H, W, 3) view
-        x = F.relu(self.conv1(x), inplace=True)  # (N, H/2, W/2, 64)
-        x = self.maxpool(x)  # (N, H/4, W/4, 64)
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (N, H/32, W/32, 2048)
-        x = x.mean(axis=(1, 2), dtype=np.float32)  # (N, 2048): avgpool + flatten
+        x = F.as_bf16(F.to_nhwc(np.asarray(x, np.float32)))  # (N, H, W, 3) BF16
+        x = self.conv1.bf16(x, relu=True)  # (N, H/2, W/2, 64) BF16, all >= +0
+        # Non-negative BF16 bits pool exactly as int16 (their order is the values').
+        x = self.maxpool(x.view(np.int16)).view(np.uint16)  # (N, H/4, W/4, 64)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (N, H/32, W/32, 2048) BF16
+        x = F.as_float32(x).mean(axis=(1, 2), dtype=np.float32)  # (N, 2048): avgpool + flatten
         return self.fc(x)  # (N, num_classes)
 
 

@@ -127,6 +127,56 @@ class TestConv2d:
             F.conv2d(args.pop("x"), args.pop("w"), **args)
 
 
+class TestConv2dBf16:
+    """BF16 NHWC in and out, post-ops fused: the float64 reference of
+    conv + bias + residual, ReLU, one BF16 rounding at the end."""
+
+    @settings(max_examples=50, deadline=None)
+    @given(conv_cases(), st.booleans(), st.booleans())
+    def test_against_reference(self, case, with_res, relu):
+        N, C, H, W, K, KH, KW, S, P, D, G, bias, seed = case
+        x, w, b = _conv_inputs(N, C, H, W, K, KH, KW, G, bias, seed)
+        x, w = R.bf16_round(x).astype(np.float32), R.bf16_round(w).astype(np.float32)
+        ref = R.conv2d(x, w, b, S, P, D, G)  # (N, K, OH, OW) float64
+        mag = R.conv2d(np.abs(x), np.abs(w), None if b is None else np.abs(b), S, P, D, G)
+        res = None
+        if with_res:
+            res = to_bf16(np.random.default_rng(seed ^ 1).standard_normal(
+                (N, ref.shape[2], ref.shape[3], K)).astype(np.float32))  # NHWC
+            r = F.as_float32(res).transpose(0, 3, 1, 2).astype(np.float64)
+            ref, mag = ref + r, mag + np.abs(r)
+        xin = to_bf16(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))  # (N, H, W, C) BF16
+        y = F.conv2d_bf16(xin, w, b, stride=S, padding=P, dilation=D, groups=G,
+                          residual=res, relu=relu)
+        assert y.dtype == np.uint16 and y.flags.c_contiguous
+        if res is not None:
+            assert y.base is res or y is res or np.shares_memory(y, res)
+        err_v = R.dot_bound(mag, C // G * KH * KW, True)
+        if relu:
+            ref = np.maximum(ref, 0.0)
+        R.assert_within(F.as_float32(y).transpose(0, 3, 1, 2), ref,
+                        err_v + R.U_BF16 * (np.abs(ref) + err_v),
+                        f"conv2d_bf16 N,C,H,W,K,KH,KW,S,P,D,G={case[:11]}")
+
+    def test_same_as_fp32_conv_rounded(self):
+        rng = np.random.default_rng(5)
+        x = to_bf16(rng.standard_normal((2, 9, 7, 16)).astype(np.float32))  # NHWC
+        w = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
+        b = rng.standard_normal(8).astype(np.float32)
+        y32 = F.conv2d(F.as_float32(x), w, b, padding=1, layout="NHWC")
+        y = F.conv2d_bf16(x, w, b, padding=1)
+        diff = np.abs(F.as_float32(y) - y32)
+        assert (diff <= 2.0 ** -8 * np.abs(y32) + 1e-6).all()
+
+    def test_errors(self):
+        x = np.zeros((1, 4, 4, 3), np.uint16)
+        w = np.zeros((2, 3, 1, 1), np.float32)
+        with pytest.raises(ValueError, match="residual"):
+            F.conv2d_bf16(x, w, residual=np.zeros((1, 4, 4, 3), np.uint16))
+        with pytest.raises(ValueError, match="channels"):
+            F.conv2d_bf16(np.zeros((1, 4, 4, 5), np.uint16), w)
+
+
 class TestLinear:
     @settings(max_examples=30, deadline=None)
     @given(st.integers(1, 9), st.integers(1, 300), st.integers(1, 70), st.booleans(), st.booleans(),
@@ -197,6 +247,14 @@ class TestPooling:
             y = y.transpose(0, 3, 1, 2)
         assert y.shape == (N, C, OH, OW)
         np.testing.assert_allclose(y, R.adaptive_avg_pool2d(x, OH, OW), rtol=FP32_RTOL, atol=FP32_ATOL)
+
+    def test_max_pool_of_nonnegative_bf16_bits(self):
+        # after a ReLU, BF16 bits pool as int16 exactly as the values do (ResNet-50's stem)
+        x = to_bf16(np.abs(np.random.default_rng(9).standard_normal((2, 11, 10, 5)))
+                    .astype(np.float32))  # NHWC, >= 0
+        got = F.max_pool2d(x.view(np.int16), 3, 2, 1, layout="NHWC").view(np.uint16)
+        want = F.max_pool2d(F.as_float32(x), 3, 2, 1, layout="NHWC")
+        np.testing.assert_array_equal(F.as_float32(got), want)
 
     def test_max_pool_padding_limit(self):
         with pytest.raises(ValueError, match="at most half"):

@@ -318,3 +318,154 @@ class TestDispatch:
         want = want or (gemm.HW_KERNEL if gemm.HW_KERNEL != "none"
                         else "fallback")
         assert out == want
+
+
+# ---- sbgemm_fused: the post-ops (bias, BF16 residual, round, ReLU) ----------
+
+def fused_reference(a, b, bias, res, relu, alpha=1.0):
+    """float64 value of alpha*A@B + bias + residual, its error bound before the
+    final BF16 rounding (the sbgemm bound with two more fp32 additions), and
+    the expected ReLU."""
+    af = to_float32(a).astype(np.float64)
+    bf = to_float32(b).astype(np.float64)
+    ref = alpha * (af @ bf)
+    mag = abs(alpha) * (np.abs(af) @ np.abs(bf))
+    if bias is not None:
+        ref = ref + bias.astype(np.float64)
+        mag = mag + np.abs(bias)
+    if res is not None:
+        r = to_float32(res).astype(np.float64)
+        ref, mag = ref + r, mag + np.abs(r)
+    n = 2 * a.shape[1] + 7
+    return ref, n * U / (1 - n * U) * mag
+
+
+def check_fused(got, a, b, bias, res, relu, alpha=1.0):
+    ref, err_v = fused_reference(a, b, bias, res, relu, alpha)
+    g = to_float32(got).astype(np.float64)
+    # one BF16 rounding (unit roundoff 2**-8) of a value already err_v off
+    lim = err_v + 2.0**-8 * (np.abs(ref) + err_v)
+    if relu:
+        ref = np.maximum(ref, 0.0)       # ReLU is 1-Lipschitz: same bound
+        assert not np.signbit(g).any(), "ReLU output has a sign bit set"
+    worst = np.max(np.abs(g - ref) - lim) if g.size else 0.0
+    assert worst <= 0.0, f"fused error exceeds bound by {worst:g}"
+
+
+@st.composite
+def fused_cases(draw):
+    return dict(
+        m=draw(st.one_of(st.integers(1, 40), st.integers(200, 700))),
+        n=draw(st.integers(1, 100)),
+        k=draw(st.one_of(st.integers(0, 3), st.integers(1, 600))),
+        bias=draw(st.booleans()), res=draw(st.booleans()), relu=draw(st.booleans()),
+        alpha=draw(st.sampled_from([1.0, -0.5, 2.0])), trans_a=draw(st.booleans()),
+        wide_out=draw(st.booleans()), seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+class TestSbgemmFused:
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(case=fused_cases())
+    def test_against_float64(self, kernel, case):
+        rng = np.random.default_rng(case["seed"])
+        m, n, k = case["m"], case["n"], case["k"]
+        a = rand_bf16(rng, (m, k), emax=6)
+        b = rand_bf16(rng, (k, n), emax=6)
+        bias = rng.standard_normal(n).astype(np.float32) if case["bias"] else None
+        res = rand_bf16(rng, (m, n), emax=6) if case["res"] else None
+        a_in = np.ascontiguousarray(a.T) if case["trans_a"] else a
+        # the result into a column slice of a wider array: row stride > n
+        full = np.full((m, n + 5), 0xABCD, np.uint16) if case["wide_out"] else None
+        out = full[:, 2:2 + n] if full is not None else None
+        got = gemm.sbgemm_fused(a_in, gemm.pack(b), bias=bias, residual=res, relu=case["relu"],
+                                out=out, alpha=case["alpha"], trans_a=case["trans_a"])
+        assert got.dtype == np.uint16 and got.shape == (m, n)
+        if full is not None:
+            assert got is out
+            assert (full[:, :2] == 0xABCD).all() and (full[:, 2 + n:] == 0xABCD).all()
+        check_fused(got, a, b, bias, res, case["relu"], case["alpha"])
+
+    def test_equals_sbgemm_then_post_ops(self, kernel):
+        """Where the blocking is the same (one K block, one thread's rows), the
+        fused result is bit for bit the unfused one rounded by to_bf16."""
+        rng = np.random.default_rng(11)
+        a, b = rand_bf16(rng, (20, 200), emax=4), rand_bf16(rng, (200, 70), emax=4)
+        bias = rng.standard_normal(70).astype(np.float32)
+        res = rand_bf16(rng, (20, 70), emax=4)
+        acc = gemm.sbgemm(a, gemm.pack(b))
+        acc += bias
+        acc += to_float32(res)
+        want = to_bf16(acc)
+        np.maximum(want.view(np.int16), 0, out=want.view(np.int16))
+        got = gemm.sbgemm_fused(a, gemm.pack(b), bias=bias, residual=res, relu=True)
+        np.testing.assert_array_equal(got, want)
+
+    def test_residual_may_be_out(self, kernel):
+        rng = np.random.default_rng(12)
+        a, b = rand_bf16(rng, (300, 64), emax=4), rand_bf16(rng, (64, 48), emax=4)
+        res = rand_bf16(rng, (300, 48), emax=4)
+        want = gemm.sbgemm_fused(a, gemm.pack(b), residual=res.copy(), relu=True)
+        got = gemm.sbgemm_fused(a, gemm.pack(b), residual=res, relu=True, out=res)
+        assert got is res
+        np.testing.assert_array_equal(got, want)
+
+    def test_nan_inf_and_signed_zero(self, kernel):
+        # zero products: the post-ops alone decide; RNE keeps NaN quiet and signed
+        a = np.zeros((2, 4), np.uint16)
+        b = np.zeros((4, 4), np.uint16)
+        bias = np.array([np.nan, -np.nan, -np.inf, -0.0], np.float32)
+        plain = gemm.sbgemm_fused(a, b, bias=bias)
+        assert plain[0, 0] == 0x7FC0 and plain[0, 1] == 0xFFC0
+        assert plain[0, 2] == 0xFF80 and plain[0, 3] in (0x0000, 0x8000)
+        relu = gemm.sbgemm_fused(a, b, bias=bias, relu=True)
+        assert list(relu[1]) == [0x7FC0, 0, 0, 0]
+
+    def test_errors(self):
+        a, b = np.zeros((3, 4), np.uint16), np.zeros((4, 5), np.uint16)
+        with pytest.raises(ValueError, match="bias"):
+            gemm.sbgemm_fused(a, b, bias=np.zeros(4, np.float32))
+        with pytest.raises(ValueError, match="residual"):
+            gemm.sbgemm_fused(a, b, residual=np.zeros((3, 4), np.uint16))
+        with pytest.raises(ValueError, match="out"):
+            gemm.sbgemm_fused(a, b, out=np.zeros((3, 5), np.float32))
+        with pytest.raises(ValueError, match="out"):
+            gemm.sbgemm_fused(a, b, out=np.zeros((5, 3), np.uint16).T)
+
+
+class TestWorkerPool:
+    def test_consecutive_calls_do_not_reuse_packed_a(self, kernel):
+        """Pool workers keep their packing buffers between calls; a buffer's
+        packed A is only reused within the call that packed it.  Inference
+        shapes (few rows, many panels split over threads) take that path."""
+        if kernel == "fallback":
+            pytest.skip("no native driver")
+        gemm._set_num_threads(2)
+        try:
+            rng = np.random.default_rng(21)
+            b = gemm.pack(rand_bf16(rng, (2048, 2048), emax=3))
+            for _ in range(3):
+                a = rand_bf16(rng, (8, 2048), emax=3)
+                check(gemm.sbgemm(a, b), a, b.to_rowmajor(), None, 1.0, 0.0)
+                check_fused(gemm.sbgemm_fused(a, b), a, b.to_rowmajor(), None, None, False)
+        finally:
+            gemm._set_num_threads(0)
+
+    def test_fork_child_gets_its_own_workers(self, kernel):
+        if kernel == "fallback":
+            pytest.skip("no native driver")
+        code = (
+            "import os, numpy as np\n"
+            "from pycds.bf16 import gemm\n"
+            f"gemm._select_kernel({kernel!r}); gemm._set_num_threads(2)\n"
+            "a = np.full((64, 1024), 0x3F80, np.uint16); b = gemm.pack(np.full((1024, 512), 0x3F80, np.uint16))\n"
+            "assert (gemm.sbgemm(a, b) == 1024).all()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os._exit(0 if (gemm.sbgemm(a, b) == 1024).all() else 1)\n"
+            "_, st = os.waitpid(pid, 0)\n"
+            "assert os.waitstatus_to_exitcode(st) == 0 and (gemm.sbgemm(a, b) == 1024).all()\n"
+            "print('ok')\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
