@@ -158,6 +158,19 @@ class TestConv2dBf16:
                         err_v + R.U_BF16 * (np.abs(ref) + err_v),
                         f"conv2d_bf16 N,C,H,W,K,KH,KW,S,P,D,G={case[:11]}")
 
+    @pytest.mark.parametrize("kernel", ["generic", "fallback"])
+    def test_other_kernels(self, kernel):
+        # the portable C kernel (scalar post-ops) and the numpy fallback
+        from pycds.bf16 import gemm
+        prev = gemm._select_kernel(kernel)
+        try:
+            for case in [(1, 4, 9, 8, 6, 3, 3, 1, 1, 1, 1, True, 1),
+                         (2, 6, 7, 5, 4, 3, 1, 2, 1, 1, 2, False, 2),
+                         (1, 8, 5, 5, 16, 1, 1, 1, 0, 1, 1, True, 3)]:
+                self.test_against_reference.hypothesis.inner_test(self, case, True, True)
+        finally:
+            gemm._select_kernel(prev)
+
     def test_same_as_fp32_conv_rounded(self):
         rng = np.random.default_rng(5)
         x = to_bf16(rng.standard_normal((2, 9, 7, 16)).astype(np.float32))  # NHWC
