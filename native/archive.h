@@ -12,12 +12,17 @@
  * that the importing thread finds them READY and only runs stage 2.
  *
  * Every field below `mu` is guarded by it.  A module's state moves
- *   NEW -> BUSY -> READY -> BUSY -> LOADED | FAILED    (stage 1 read ahead)
- *   NEW -> BUSY -> LOADED | FAILED                      (all on import)
- * and NEW -> NOPREFETCH when stage 1 failed on the read-ahead thread (the
- * importing thread then redoes it, from the pread on, and reports why).
- * Only the thread that set BUSY touches the chunk's bytes until it moves
- * the state on, so no byte of the heap is written by two threads.
+ *   NEW -> AHEAD -> READY -> IMPORTING -> LOADED | FAILED  (read ahead)
+ *   NEW -> IMPORTING -> LOADED | FAILED                    (all on import)
+ * and NEW -> AHEAD -> NOPREFETCH when stage 1 failed on the read-ahead
+ * thread (the importing thread then redoes it, from the pread on, and
+ * reports why).  Only the thread that set AHEAD or IMPORTING touches the
+ * chunk's bytes until it moves the state on, so no byte of the heap is
+ * written by two threads.  An importer waits for AHEAD (one stage 1 of the
+ * read-ahead thread, which needs no lock of the importer's); a module met
+ * IMPORTING -- stage 2 ran Python code (a finalizer during a collection)
+ * that asked for the same module, or let another thread do so -- is
+ * refused with PYCDS_E_STATE and imported plainly, never waited for.
  */
 #ifndef PYCDS_ARCHIVE_H
 #define PYCDS_ARCHIVE_H
@@ -30,13 +35,15 @@ enum {
     MOD_NEW = 0,
     MOD_LOADED = 1,
     MOD_FAILED = 2,
-    MOD_BUSY = 3,        /* a thread runs a stage on it */
+    MOD_AHEAD = 3,       /* the read-ahead thread runs stage 1 on it */
     MOD_READY = 4,       /* stage 1 done ahead; its fix-up list in fixups[] */
     MOD_NOPREFETCH = 5,  /* like NEW, but the read-ahead thread gave up on it */
+    MOD_IMPORTING = 6,   /* an importing thread is loading it */
 };
 
 /* One record of the archive's chunk table (docs/archive-format.md), in the
- * writer's byte order, which is this machine's (the meta block says so). */
+ * writer's native byte order (struct "=" in pycds/_writer.py), which is
+ * this machine's: the meta block's byteorder is checked at open. */
 typedef struct {
     uint64_t chunk_off;    /* offset of the chunk in the heap section */
     uint32_t chunk_len;    /* bytes */
@@ -93,6 +100,10 @@ struct pycds_archive {
  * stage 2, freed with pycds_fixups_free(). */
 int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out);
 void pycds_fixups_free(pycds_fixups *f);
+
+/* loader.c: create a's mutex and condition variables (at open, and anew
+ * in a forked child). */
+int pycds_archive_sync_init(pycds_archive *a);
 
 /* prefetch.c */
 /* Register a for fork handling and set its window (0: off).  No lock held. */

@@ -69,6 +69,35 @@ read_full(int fd, void *buf, size_t n, uint64_t off)
     return PYCDS_OK;
 }
 
+int
+pycds_archive_sync_init(pycds_archive *a)
+{
+    pthread_condattr_t ca;
+    if (pthread_mutex_init(&a->mu, NULL) != 0) {
+        return pycds_fail(PYCDS_E_NOMEM, "cannot create the archive's mutex");
+    }
+    int rc = pthread_condattr_init(&ca);
+    if (rc == 0) {
+        /* The read-ahead thread's idle timeout is measured on this clock. */
+        rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (rc == 0) {
+            rc = pthread_cond_init(&a->done_cv, &ca);
+            if (rc == 0) {
+                rc = pthread_cond_init(&a->work_cv, &ca);
+                if (rc != 0) {
+                    pthread_cond_destroy(&a->done_cv);
+                }
+            }
+        }
+        pthread_condattr_destroy(&ca);
+    }
+    if (rc != 0) {
+        pthread_mutex_destroy(&a->mu);
+        return pycds_fail(PYCDS_E_NOMEM, "cannot create a condition variable");
+    }
+    return PYCDS_OK;
+}
+
 /* Check the chunk table: every chunk inside the heap, 8-aligned, after the
  * previous one (chunks never overlap, so a chunk's pread can never land on
  * another module's live objects), its root inside it, its relocation
@@ -79,9 +108,12 @@ check_chunk_table(const pycds_archive *a)
     uint64_t prev_end = 0;
     for (uint32_t k = 0; k < a->nmodules; k++) {
         const pycds_chunk_rec *c = &a->chunks[k];
+        /* chunk_off + chunk_len <= heap_len, written so that it cannot wrap */
+        if (c->chunk_len > a->heap_len || c->chunk_off > a->heap_len - c->chunk_len) {
+            return pycds_fail(PYCDS_E_CORRUPT, "chunk table entry %u out of range", k);
+        }
         uint64_t end = c->chunk_off + c->chunk_len;
-        if (c->chunk_off % 8 != 0 || c->chunk_off < prev_end
-            || end > a->heap_len || c->zero != 0
+        if (c->chunk_off % 8 != 0 || c->chunk_off < prev_end || c->zero != 0
             || c->root_off % 8 != 0
             || (uint64_t)c->root_off + sizeof(PyObject) > c->chunk_len
             || c->reloc_first > a->reloc_count
@@ -133,7 +165,7 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
         return pycds_fail(PYCDS_E_NOMEM, "cannot allocate archive handle");
     }
     a->fd = -1;
-    int have_mu = 0, have_done = 0, have_work = 0;
+    int have_sync = 0;
     size_t n = nmodules ? nmodules : 1;
     a->state = calloc(n, 1);
     a->roots = calloc(n, sizeof(PyObject *));
@@ -143,31 +175,11 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
         rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate module table");
         goto fail;
     }
-    pthread_condattr_t ca;
-    if (pthread_mutex_init(&a->mu, NULL) != 0) {
-        rc = pycds_fail(PYCDS_E_NOMEM, "cannot create the archive's mutex");
+    rc = pycds_archive_sync_init(a);
+    if (rc) {
         goto fail;
     }
-    have_mu = 1;
-    if (pthread_condattr_init(&ca) != 0) {
-        rc = pycds_fail(PYCDS_E_NOMEM, "cannot create a condition variable");
-        goto fail;
-    }
-    /* The read-ahead thread's idle timeout is measured on this clock. */
-    int crc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (crc == 0) {
-        crc = pthread_cond_init(&a->done_cv, &ca);
-        have_done = crc == 0;
-    }
-    if (crc == 0) {
-        crc = pthread_cond_init(&a->work_cv, &ca);
-        have_work = crc == 0;
-    }
-    pthread_condattr_destroy(&ca);
-    if (crc != 0) {
-        rc = pycds_fail(PYCDS_E_NOMEM, "cannot create a condition variable");
-        goto fail;
-    }
+    have_sync = 1;
     a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (a->fd < 0) {
         rc = pycds_fail(PYCDS_E_IO, "dup of archive fd failed: %s",
@@ -211,13 +223,9 @@ fail:
     if (a->fd >= 0) {
         close(a->fd);
     }
-    if (have_work) {
+    if (have_sync) {
         pthread_cond_destroy(&a->work_cv);
-    }
-    if (have_done) {
         pthread_cond_destroy(&a->done_cv);
-    }
-    if (have_mu) {
         pthread_mutex_destroy(&a->mu);
     }
     free(a->state);
@@ -247,7 +255,8 @@ apply_relocations(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n)
         case PYCDS_RELOC_INTERN:
         case PYCDS_RELOC_FROZENSET:
         case PYCDS_RELOC_SINGLETON:
-            if (v % 8 != 0 || v + sizeof(PyObject) > len) {
+            /* len >= sizeof(PyObject): the chunk table guarantees it. */
+            if (v % 8 != 0 || v > len - sizeof(PyObject)) {
                 return pycds_fail(PYCDS_E_CORRUPT,
                                   "relocation target %llu outside chunk",
                                   (unsigned long long)v);
@@ -493,11 +502,12 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
         rc = pycds_fail(PYCDS_E_ARG, "out_list is not a list");
         goto done;
     }
-    /* Claim the module.  Holding the GIL, this thread is the only importing
-     * one in here; only the read-ahead thread can hold the module BUSY, for
-     * the length of one stage 1. */
+    /* Claim the module.  The read-ahead thread holds a module AHEAD for the
+     * length of one stage 1 and needs nothing of ours: wait for it.  A
+     * module IMPORTING is being loaded by a stage 2 that ran Python code
+     * (archive.h): refuse, the caller imports it plainly. */
     pthread_mutex_lock(&a->mu);
-    while (a->state[module_no] == MOD_BUSY) {
+    while (a->state[module_no] == MOD_AHEAD) {
         pthread_cond_wait(&a->done_cv, &a->mu);
     }
     int s = a->state[module_no];
@@ -505,13 +515,17 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
     if (s == MOD_NEW || s == MOD_NOPREFETCH || s == MOD_READY) {
         fix = a->fixups[module_no];
         a->fixups[module_no] = NULL;
-        a->state[module_no] = MOD_BUSY;
+        a->state[module_no] = MOD_IMPORTING;
         pycds_prefetch_schedule(a, module_no);
     }
     pthread_mutex_unlock(&a->mu);
 
     if (s == MOD_FAILED) {
-        rc = pycds_fail(PYCDS_E_STATE, "module %u failed to load before", module_no);
+        rc = pycds_fail(PYCDS_E_STATE, "failed to load before");
+        goto done;
+    }
+    if (s == MOD_IMPORTING) {
+        rc = pycds_fail(PYCDS_E_STATE, "being loaded by another import");
         goto done;
     }
     if (s != MOD_LOADED) {
@@ -552,14 +566,19 @@ pycds_archive_close(pycds_archive *a)
     if (a == NULL) {
         return PYCDS_OK;
     }
-    pycds_prefetch_shutdown(a);
+    pthread_mutex_lock(&a->mu);
+    int live = 0;
     for (uint32_t i = 0; i < a->nmodules; i++) {
-        if (a->state[i] == MOD_LOADED) {
-            /* Objects from this mapping are alive: keep it for good. */
-            return pycds_fail(PYCDS_E_STATE,
-                              "archive has loaded modules; it stays mapped");
-        }
+        live |= a->state[i] == MOD_LOADED || a->state[i] == MOD_IMPORTING;
     }
+    pthread_mutex_unlock(&a->mu);
+    if (live) {
+        /* Objects from this reservation are alive: keep it for good (and
+         * its read-ahead on). */
+        return pycds_fail(PYCDS_E_STATE,
+                          "archive has loaded modules; it stays mapped");
+    }
+    pycds_prefetch_shutdown(a);
     if (a->base != NULL) {
         munmap(a->base, a->map_len);
     }

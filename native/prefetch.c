@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define IDLE_MS 200
 
@@ -60,7 +61,9 @@ prefetch_main(void *arg)
         uint32_t k = next_candidate(a);
         if (k == a->nmodules) {
             struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
+            if (clock_gettime(CLOCK_MONOTONIC, &until) != 0) {
+                break;        /* no clock for the idle timeout: just exit */
+            }
             until.tv_nsec += (long)IDLE_MS * 1000000L;
             until.tv_sec += until.tv_nsec / 1000000000L;
             until.tv_nsec %= 1000000000L;
@@ -72,7 +75,7 @@ prefetch_main(void *arg)
             }
             continue;
         }
-        a->state[k] = MOD_BUSY;
+        a->state[k] = MOD_AHEAD;
         a->pf_next = k + 1;
         pthread_mutex_unlock(&a->mu);
 
@@ -104,7 +107,7 @@ join_locked(pycds_archive *a)
         pthread_t t = a->pf_thread;
         a->pf_joinable = 0;
         pthread_mutex_unlock(&a->mu);
-        pthread_join(t, NULL);
+        (void)pthread_join(t, NULL);   /* fails only for a bad handle */
         pthread_mutex_lock(&a->mu);
     }
 }
@@ -116,11 +119,21 @@ start_locked(pycds_archive *a)
     if (a->pf_running || a->pf_window == 0 || a->pf_stop) {
         return;
     }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* The thread inherits this mask: every signal blocked but the
+     * synchronous ones, so that a fault in it still reaches faulthandler
+     * (a blocked SIGSEGV would kill the process silently). */
+    sigset_t mask, old;
+    sigfillset(&mask);
+    sigdelset(&mask, SIGSEGV);
+    sigdelset(&mask, SIGBUS);
+    sigdelset(&mask, SIGFPE);
+    sigdelset(&mask, SIGILL);
+    if (pthread_sigmask(SIG_SETMASK, &mask, &old) != 0) {
+        a->pf_window = 0;
+        return;
+    }
     int rc = pthread_create(&a->pf_thread, NULL, prefetch_main, a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         a->pf_window = 0;     /* no thread to be had: load everything inline */
         return;
@@ -172,20 +185,41 @@ before_fork(void)
 }
 
 static void
-after_fork(void)
+after_fork_parent(void)
 {
     for (pycds_archive *a = registry; a != NULL; a = a->pf_next_archive) {
         a->pf_stop = 0;
-        a->pf_running = 0;
         pthread_mutex_unlock(&a->mu);
     }
     pthread_mutex_unlock(&registry_mu);
 }
 
+/* The child has one thread.  Its locks and condition variables are made
+ * anew rather than unlocked: a condition variable may still count waiters
+ * of the parent (an importer waiting for the read-ahead thread), whom
+ * glibc would wait for.  A module some other thread of the parent was
+ * importing stays IMPORTING, so the child imports it plainly. */
+static void
+after_fork_child(void)
+{
+    for (pycds_archive *a = registry; a != NULL; a = a->pf_next_archive) {
+        a->pf_stop = 0;
+        a->pf_running = 0;
+        a->pf_waiting = 0;
+        /* glibc's init with default attributes cannot fail; if it did,
+         * the child must not start a thread on broken locks. */
+        if (pycds_archive_sync_init(a) != PYCDS_OK) {
+            a->pf_window = 0;
+        }
+    }
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    registry_mu = fresh;
+}
+
 static void
 register_atfork(void)
 {
-    atfork_ok = pthread_atfork(before_fork, after_fork, after_fork) == 0;
+    atfork_ok = pthread_atfork(before_fork, after_fork_parent, after_fork_child) == 0;
 }
 
 int
@@ -194,7 +228,10 @@ pycds_prefetch_enable(pycds_archive *a, uint64_t window)
     if (window > 0) {
         /* On one CPU the thread could only take turns with the program. */
         cpu_set_t cpus;
-        if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
+        long ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+            ? CPU_COUNT(&cpus)
+            : sysconf(_SC_NPROCESSORS_ONLN);   /* > 1024 CPUs: EINVAL */
+        if (ncpu < 2) {
             window = 0;
         }
     }

@@ -353,8 +353,10 @@ class Index:
         b = os.pread(self.fd, CHUNK_REC, h.chunks_off + number * CHUNK_REC)
         if len(b) != CHUNK_REC or number >= h.nmodules:
             raise FormatError(f"no chunk-table record for module {number}")
-        return (_u(b, 0, 8), _u(b, 8, 4), _u(b, 12, 4), _u(b, 16, 8),
-                _u(b, 24, 4), _u(b, 32, 8))
+        import struct      # not at start-up: only verify reads records
+        # native byte order (pycds/_writer.py, chunk_table)
+        r = struct.unpack("=QIIQIIQ", b)
+        return (r[0], r[1], r[2], r[3], r[4], r[6])
 
     def close(self):
         if self.fd >= 0:

@@ -122,8 +122,10 @@ class _Archive:
                 # state are the main interpreter's), and that is no fault.
                 self.disable(str(e), quiet=isinstance(e, ImportError)
                              and "subinterpreter" in str(e))
-            elif code == -8:   # PYCDS_E_STATE: failed before, said then
-                _fallback(entry.name, "failed to load before")
+            elif code == -8:
+                # PYCDS_E_STATE: failed before (said then), or being loaded
+                # by a stage 2 that ran Python code (native/archive.h).
+                _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
             elif code in (-1, -10):
                 # PYCDS_E_NOMEM, PYCDS_E_PYTHON: this process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")

@@ -917,12 +917,19 @@ pool_after_fork_parent(void)
 static void
 pool_after_fork_child(void)
 {
-    /* Only the forking thread exists here: no workers, no job. */
+    /* Only the forking thread exists here: no workers, no job.  The lock
+     * and condition variables are made anew, not unlocked: pool.work still
+     * counts the parent's sleeping workers as waiters, and glibc would
+     * wait for them to leave. */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    pool.mu = mu;
+    pool.work = cv;
+    pool.done = cv;
     pool.nthreads = 0;
     pool.in_use = 0;
     pool.job = NULL;
     pool.busy = 0;
-    pthread_mutex_unlock(&pool.mu);
 }
 
 static void

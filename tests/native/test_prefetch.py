@@ -6,6 +6,7 @@ thread behind."""
 
 import os
 import random
+import sys
 
 import pytest
 
@@ -114,27 +115,87 @@ class TestDamage:
             N.NativeArchive(index.fd, index.header, index.meta["layout"])
         index.close()
 
-    def test_overlapping_chunks_refuse_the_archive(self, codes, tmp_path):
-        """A re-signed table whose chunks overlap: a chunk read would land
-        on another module's live objects, so the whole table is refused."""
+    def test_wrapping_chunk_refuses_the_archive(self, codes, tmp_path):
+        """chunk_off + chunk_len wrapping past 2**64 to land inside the heap:
+        a pread there would write before the reservation."""
+        self._resigned_table(codes, tmp_path, 4, chunk_off=2 ** 64 - 4096, chunk_len=4160)
+
+    def _resigned_table(self, codes, tmp_path, victim, **fields):
         index, _ = archive_of(codes, tmp_path)
         entries = index.entries()
         h = index.header
         with open(index.path, "rb") as f:
             data = f.read()
         index.close()
-        entries[3].chunk_off = entries[2].chunk_off + 8
-        table, total = W.chunk_table(entries, h.archive_id, strict=False)
-        h.chunks_sum = total
+        for k, v in fields.items():
+            setattr(entries[victim], k, v)
+        table, h.chunks_sum = W.chunk_table(entries, h.archive_id, strict=False)
         blob = bytearray(data)
         blob[h.chunks_off:h.chunks_off + len(table)] = table
         blob[:F.HEADER_SIZE] = h.pack()
-        path = str(tmp_path / "overlap.img")
+        path = str(tmp_path / "resigned.img")
         with open(path, "wb") as f:
             f.write(blob)
         index = F.Index.open(path)
-        with pytest.raises(NativeError, match="chunk table entry 3 out of range"):
-            N.NativeArchive(index.fd, index.header, index.meta["layout"])
+        with pytest.raises(NativeError, match=f"chunk table entry {victim} out of range"):
+            N.NativeArchive(index.fd, index.header, index.meta["layout"], prefetch=1 << 20)
+        index.close()
+
+    def test_overlapping_chunks_refuse_the_archive(self, codes, tmp_path):
+        """A re-signed table whose chunks overlap: a chunk read would land
+        on another module's live objects, so the whole table is refused."""
+        index, _ = archive_of(codes, tmp_path)
+        off2 = index.entries()[2].chunk_off
+        index.close()
+        self._resigned_table(codes, tmp_path, 3, chunk_off=off2 + 8)
+
+
+class TestReentry:
+    @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ collects at the eval "
+                        "breaker, never inside an allocation of the loader's stage 2")
+    def test_load_from_a_finalizer_during_stage_2(self, tmp_path):
+        """Stage 2 builds frozensets; on 3.10/3.11 that allocation can run a
+        collection, and with it Python code.  Asking for the module being
+        loaded from there is refused (plain import), not waited for."""
+        import gc
+        src = "def f(x):\n" + "".join(
+            f"    if x in {{{i}, {i + 1}, 'a{i}'}}: return {i}\n" for i in range(60))
+        index, arch = archive_of({"fs": compile(src, "/v/fs.py", "exec")}, tmp_path)
+        entry = index.lookup("fs")
+        seen = []
+
+        def during_collection(phase, info):
+            if phase == "start" and not seen:
+                try:
+                    seen.append(arch.load(entry))
+                except NativeError as e:
+                    seen.append(str(e))
+
+        old = gc.get_threshold()
+        gc.callbacks.append(during_collection)
+        gc.set_threshold(1)
+        try:
+            code = arch.load(entry)
+        finally:
+            gc.set_threshold(*old)
+            gc.callbacks.remove(during_collection)
+        assert seen and "being loaded by another import" in seen[0], seen
+        ns = {}
+        exec(code, ns)
+        assert ns["f"](31) == 30 and ns["f"]("a7") == 7
+        index.close()
+
+    def test_close_with_loaded_modules_is_refused(self, codes, tmp_path):
+        index, arch = archive_of(codes, tmp_path)
+        arch.set_prefetch(1 << 20)
+        names = list(codes)
+        arch.load(index.lookup(names[0]))
+        with pytest.raises(NativeError, match="stays mapped"):
+            arch.close()
+        for name in names[1:]:
+            assert same_code(codes[name], arch.load(index.lookup(name)))
+        if TWO_CPUS:
+            assert arch.prefetched() > 0     # read-ahead still on after the refusal
         index.close()
 
 

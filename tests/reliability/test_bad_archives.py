@@ -268,6 +268,11 @@ class TestStructuralChecks:
         ("external target shifted", lambda m, e: _shift_slot(m, e, 1, 8)),
         ("external target to anchor", lambda m, e: _set_slot(m, e, 1, 0)),
         ("internal target outside", lambda m, e: _set_slot(m, e, 0, e.chunk_len)),
+        # target + header size wraps around 2**64 (an overflowing bound check
+        # would accept it and point before the chunk)
+        ("internal target wraps", lambda m, e: _set_slot(m, e, 0, -8)),
+        ("chunk end wraps", lambda m, e: (setattr(e, "chunk_off", 2 ** 64 - 4096),
+                                          setattr(e, "chunk_len", e.chunk_len + 4096))),
         ("internal target misaligned", lambda m, e: _shift_slot(m, e, 0, 4)),
         ("internal target shifted", lambda m, e: _shift_slot(m, e, 0, 8)),
     ])
