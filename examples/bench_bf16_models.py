@@ -3,8 +3,14 @@
     python examples/bench_bf16_models.py [--reps 9] [--batches 1 8] [--models resnet50 alexnet]
 
 Both sides run the same random weights (torchvision names, He-scaled) at
-224x224.  Contenders, timed *interleaved* (one forward of each per round, so
-drift and neighbours' load hit all of them alike), after two warm-up calls:
+224x224.  Contenders are timed in rounds (so drift and neighbours' load hit
+all of them alike), after two warm-up calls; in each round each contender
+runs a block of ``--block`` back-to-back forwards (the order rotates from
+round to round) and the first forward of every block is not counted: it
+pays for the previous contender's worker threads, which keep spinning for
+a while after their last call (PyTorch's OpenMP threads; OpenBLAS's), as
+docs/bf16.md describes for the sbgemm benchmark.  ``--block 1`` times
+strictly interleaved single forwards instead, counting every one:
 
 * ``pycds.bf16``: BF16 weights and activations, fp32 accumulation
   (``sbgemm``), batch norms folded at load, NHWC inside.
@@ -159,7 +165,10 @@ def agreement(contenders, feeds):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--reps", type=int, default=9, help="rounds")
+    ap.add_argument("--block", type=int, default=3,
+                    help="forwards per contender per round; the first of each block is not "
+                         "counted (1: strict interleaving, all counted)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--models", nargs="+", default=["resnet50", "alexnet"], choices=["resnet50", "alexnet"])
     ap.add_argument("--no-torch", action="store_true", help="time pycds.bf16 only")
@@ -181,7 +190,8 @@ def main(argv=None):
             print(f"torch {torch_mods[0].__version__}, {torch_mods[0].get_num_threads()} threads")
         except ImportError:
             print("torch not importable: timing pycds.bf16 only")
-    print(f"pycds.bf16 sbgemm kernel: {kernel_name()}; {args.reps} interleaved rounds, median ms")
+    print(f"pycds.bf16 sbgemm kernel: {kernel_name()}; {args.reps} rounds of blocks of "
+          f"{args.block} forward(s) per contender, median ms")
     load0 = os.getloadavg()[0]
 
     rows = []
@@ -195,11 +205,15 @@ def main(argv=None):
             for fn_name, fn in contenders.items():  # warm-up
                 fn(feeds[fn_name]), fn(feeds[fn_name])
             times = {k: [] for k in contenders}
-            for _ in range(args.reps):
-                for fn_name, fn in contenders.items():
-                    t0 = time.perf_counter()
-                    fn(feeds[fn_name])
-                    times[fn_name].append((time.perf_counter() - t0) * 1e3)
+            names = list(contenders)
+            for r in range(args.reps):
+                for fn_name in names[r % len(names):] + names[:r % len(names)]:
+                    fn = contenders[fn_name]
+                    for i in range(args.block):
+                        t0 = time.perf_counter()
+                        fn(feeds[fn_name])
+                        if args.block == 1 or i > 0:
+                            times[fn_name].append((time.perf_counter() - t0) * 1e3)
             rows.append((name, batch, {k: statistics.median(v) for k, v in times.items()},
                          {k: min(v) for k, v in times.items()}))
             print(f"  {name} b{batch}: " + ", ".join(f"{k} {statistics.median(v):.1f} ms"

@@ -335,6 +335,83 @@ bf16k_to_f32(const uint16_t *src, float *dst, int64_t n)
     return BF16K_OK;
 }
 
+/* ---- im2col -------------------------------------------------------------- */
+
+/* Rows [r0, r1) of the NHWC im2col matrix: row (n, oy, ox) holds, for each
+ * tap (ky, kx), the C channels of input pixel (oy*SH - PH + ky*DH,
+ * ox*SW - PW + kx*DW), or zeros where that pixel is padding. */
+typedef struct {
+    const uint16_t *x;
+    int64_t h, w, c;
+    int kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t oh, ow, r0, r1;
+    uint16_t *cols;
+} im2col_job;
+
+static void *
+im2col_run(void *arg)
+{
+    const im2col_job *j = arg;
+    const int64_t pix = j->oh * j->ow, c = j->c;
+    const size_t bytes = (size_t)c * sizeof(uint16_t);
+    uint16_t *dst = j->cols + j->r0 * (int64_t)j->kh * j->kw * c;
+    for (int64_t r = j->r0; r < j->r1; r++) {
+        const int64_t n = r / pix, rem = r % pix;
+        const int64_t y0 = rem / j->ow * j->sh - j->ph;
+        const int64_t x0 = rem % j->ow * j->sw - j->pw;
+        const uint16_t *img = j->x + n * j->h * j->w * c;
+        const int64_t x1 = x0 + (int64_t)(j->kw - 1) * j->dw;   /* last tap's column */
+        for (int ky = 0; ky < j->kh; ky++) {
+            const int64_t y = y0 + (int64_t)ky * j->dh;
+            if (j->dw == 1 && y >= 0 && y < j->h && x0 >= 0 && x1 < j->w) {
+                /* the kernel row's KW pixels are adjacent: one copy */
+                memcpy(dst, img + (y * j->w + x0) * c, (size_t)j->kw * bytes);
+                dst += (int64_t)j->kw * c;
+                continue;
+            }
+            for (int kx = 0; kx < j->kw; kx++, dst += c) {
+                const int64_t xx = x0 + (int64_t)kx * j->dw;
+                if (y < 0 || y >= j->h || xx < 0 || xx >= j->w) {
+                    memset(dst, 0, bytes);
+                } else {
+                    memcpy(dst, img + (y * j->w + xx) * c, bytes);
+                }
+            }
+        }
+    }
+    return NULL;
+}
+
+int
+bf16k_im2col_nhwc(const uint16_t *x, int64_t n, int64_t h, int64_t w, int64_t c,
+                  int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
+                  uint16_t *cols, int64_t cols_len)
+{
+    if (x == NULL || cols == NULL || n < 0 || h <= 0 || w <= 0 || c <= 0
+            || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0
+            || dh <= 0 || dw <= 0) {
+        return BF16K_E_ARG;
+    }
+    int64_t eh = h + 2 * (int64_t)ph - (int64_t)dh * (kh - 1) - 1;
+    int64_t ew = w + 2 * (int64_t)pw - (int64_t)dw * (kw - 1) - 1;
+    if (eh < 0 || ew < 0) {
+        return BF16K_E_ARG;   /* the kernel does not fit the padded image */
+    }
+    int64_t oh = eh / sh + 1, ow = ew / sw + 1, m = n * oh * ow;
+    if (cols_len / ((int64_t)kh * kw * c) < m) {
+        return BF16K_E_ARG;   /* cols too short */
+    }
+    im2col_job j0 = {x, h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, 0, m, cols};
+    if (m * (int64_t)kh * kw * c < PARALLEL_MIN_ELEMS || get_num_threads() < 2) {
+        im2col_run(&j0);
+        return BF16K_OK;
+    }
+    im2col_job j1 = j0;
+    j0.r1 = j1.r0 = m / 2;
+    run_pair(im2col_run, &j0, &j1);
+    return BF16K_OK;
+}
+
 /* ---- packing ----------------------------------------------------------- */
 
 static int64_t

@@ -133,6 +133,14 @@ int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
                        const float *bias, const uint16_t *res, int64_t ldr,
                        int relu, uint16_t *out, int64_t ldo);
 
+/* im2col of an NHWC BF16 image (x: n x h x w x c, C-contiguous) into
+ * cols ((n*oh*ow) x (kh*kw*c), C-contiguous, cols_len uint16 at least):
+ * row (n, oy, ox), columns (ky, kx, ci), zeros in the padding; the layout
+ * of pycds.bf16.im2col.im2col(..., "NHWC").  Two threads for large images. */
+int bf16k_im2col_nhwc(const uint16_t *x, int64_t n, int64_t h, int64_t w, int64_t c,
+                      int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
+                      uint16_t *cols, int64_t cols_len);
+
 #define BF16K_MAX_THREADS 64
 
 #endif /* PYCDS_BF16_KERNELS_H */

@@ -251,6 +251,45 @@ main(int argc, char **argv)
         free(fb);
         free(hs);
     }
+    /* im2col of NHWC images against the definition, padding and dilation
+     * included (whole-row copies and per-tap copies both). */
+    static const int geo[][9] = {   /* h w c kh kw s p d n */
+        {7, 6, 3, 3, 3, 1, 1, 1, 2}, {9, 9, 4, 7, 7, 2, 3, 1, 1},
+        {5, 8, 2, 3, 2, 2, 0, 2, 2}, {4, 4, 8, 1, 3, 1, 2, 1, 1},
+    };
+    for (size_t gi = 0; gi < sizeof(geo) / sizeof(geo[0]); gi++) {
+        const int *q = geo[gi];
+        int64_t h = q[0], w = q[1], c = q[2], n = q[8];
+        int kh = q[3], kw = q[4], st = q[5], pd = q[6], dl = q[7];
+        int64_t oh = (h + 2 * pd - dl * (kh - 1) - 1) / st + 1;
+        int64_t ow = (w + 2 * pd - dl * (kw - 1) - 1) / st + 1;
+        int64_t len = n * oh * ow * kh * kw * c;
+        uint16_t *img = malloc((size_t)(n * h * w * c) * sizeof(*img));
+        uint16_t *cols = malloc((size_t)len * sizeof(*cols));
+        int bad = img == NULL || cols == NULL;
+        for (int64_t i = 0; !bad && i < n * h * w * c; i++) {
+            img[i] = (uint16_t)(1 + i % 65000);
+        }
+        bad = bad || bf16k_im2col_nhwc(img, n, h, w, c, kh, kw, st, st, pd, pd,
+                                       dl, dl, cols, len) != 0;
+        for (int64_t r = 0; !bad && r < n * oh * ow; r++) {
+            int64_t b = r / (oh * ow), oy = r % (oh * ow) / ow, ox = r % ow;
+            for (int64_t kk = 0; !bad && kk < (int64_t)kh * kw * c; kk++) {
+                int64_t ky = kk / (kw * c), kx = kk / c % kw, ci = kk % c;
+                int64_t y = oy * st - pd + ky * dl, x = ox * st - pd + kx * dl;
+                uint16_t want = (y < 0 || y >= h || x < 0 || x >= w) ? 0
+                    : img[((b * h + y) * w + x) * c + ci];
+                bad = cols[r * kh * kw * c + kk] != want;
+            }
+        }
+        cases++;
+        if (bad) {
+            printf("FAIL im2col geometry %zu\n", gi);
+            failures++;
+        }
+        free(img);
+        free(cols);
+    }
     printf("%d/%d cases passed\n", cases - failures, cases);
     return failures != 0;
 }

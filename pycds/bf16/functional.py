@@ -313,7 +313,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="N
 
 
 def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, residual=None,
-                relu=False):
+                relu=False, workspace=None):
     """2-D convolution of BF16 NHWC activations to BF16 NHWC, post-ops fused.
 
     ``out = BF16(relu(conv(x, w) + bias + residual))`` with the geometry of
@@ -336,6 +336,10 @@ def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, resi
     relu : bool
         ReLU on the rounded result (negative values and -0 become +0; see
         :func:`relu_bf16`).
+    workspace : ndarray of uint16, 1-D, optional
+        Scratch for the im2col matrix (see :func:`pycds.bf16.im2col.im2col`'s
+        `out`); a network reuses one for all its layers.  Not thread-safe:
+        one workspace per thread.
 
     Returns
     -------
@@ -377,7 +381,7 @@ def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, resi
     Cg, Kg = C // groups, K // groups
     for g in range(groups):
         xg = xb if groups == 1 else xb[..., g * Cg:(g + 1) * Cg]
-        cols = im2col(xg, (KH, KW), S, P, D, "NHWC")  # (N*OH*OW, KH*KW*Cg)
+        cols = im2col(xg, (KH, KW), S, P, D, "NHWC", out=workspace)  # (N*OH*OW, KH*KW*Cg)
         ks = slice(g * Kg, (g + 1) * Kg)
         sbgemm_fused(cols, pw.packed[g], bias=None if bias is None else bias[ks],
                      residual=None if res is None else res[:, ks], relu=relu,

@@ -24,7 +24,12 @@ columns as ``(C, KH, KW)``, which matches ``weight.reshape(K, C*KH*KW)`` of
 a PyTorch ``(K, C, KH, KW)`` weight.  ``"NHWC"`` orders them ``(KH, KW,
 C)``, which matches ``weight.transpose(0, 2, 3, 1).reshape(K, KH*KW*C)``;
 its copy moves runs of ``C`` contiguous elements, and a 1x1 stride-1
-convolution needs no copy at all.
+convolution needs no copy at all.  For BF16 bits (uint16) in NHWC, the
+copy is done natively (``bf16k_im2col_nhwc``: one ``memcpy`` of ``C``
+channels per tap, zeros for padding, two threads for large images), which
+skips the padded copy of the image and numpy's six-dimensional strided copy
+(3x faster on ResNet-50's layers here); any other dtype or layout takes the
+numpy path, and both give the same matrix.
 """
 
 import numpy as np
@@ -141,7 +146,7 @@ def _windows(xp, KH, KW, SH, SW, DH, DW, OH, OW, layout):
     return v[:, :SH * (OH - 1) + 1:SH, :SW * (OW - 1) + 1:SW, :, ::DH, ::DW]
 
 
-def im2col(x, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW"):
+def im2col(x, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW", out=None):
     """Unfold the patches of an image batch into the rows of a matrix.
 
     Parameters
@@ -159,6 +164,12 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW"):
         ``(DH, DW)``, >= 1.
     layout : {"NCHW", "NHWC"}
         Memory layout of `x`; also fixes the column order (see Returns).
+    out : ndarray of uint16, 1-D, C-contiguous, optional
+        Scratch for the result when `x` is BF16 bits (uint16) in NHWC: the
+        matrix is written into its first ``N*OH*OW*C*KH*KW`` elements and
+        returned as a view of it, which spares the page faults of a fresh
+        array per call (two thirds of the copy's time here).  Ignored when
+        too small, or for other dtypes and layouts.
 
     Returns
     -------
@@ -201,6 +212,9 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW"):
     if layout == "NHWC" and KH == KW == 1 and PH == PW == 0:
         # 1x1: the "patch" is the pixel itself; stride just subsamples.
         return x[:, ::SH, ::SW, :].reshape(N * OH * OW, C)  # (N*OH*OW, C)
+    if layout == "NHWC" and x.dtype == np.uint16 and N * OH * OW and C:
+        return _im2col_native(np.ascontiguousarray(x), (KH, KW), (SH, SW), (PH, PW),
+                              (DH, DW), N * OH * OW, out)
     xp = pad2d(x, (PH, PW), 0, layout)
     v = _windows(xp, KH, KW, SH, SW, DH, DW, OH, OW, layout)
     if layout == "NCHW":
@@ -208,6 +222,27 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW"):
     else:
         v = v.transpose(0, 1, 2, 4, 5, 3)  # (N, OH, OW, KH, KW, C)
     return v.reshape(N * OH * OW, C * KH * KW)  # (N*OH*OW, C*KH*KW), the copy
+
+
+def _im2col_native(x, kernel_size, stride, padding, dilation, m, out=None):
+    # x: (N, H, W, C) uint16 C-contiguous -> (m, KH*KW*C) uint16, in `out`
+    # (1-D uint16 scratch) when it is big enough.
+    from pycds.bf16._kernels import ffi, lib
+    N, H, W, C = x.shape
+    (KH, KW), (SH, SW), (PH, PW), (DH, DW) = kernel_size, stride, padding, dilation
+    size = m * KH * KW * C
+    if out is not None and out.dtype == np.uint16 and out.ndim == 1 and \
+            out.flags.c_contiguous and out.flags.writeable and out.size >= size:
+        cols = out[:size].reshape(m, KH * KW * C)
+    else:
+        cols = np.empty((m, KH * KW * C), dtype=np.uint16)
+    rc = lib.bf16k_im2col_nhwc(ffi.cast("const uint16_t *", ffi.from_buffer(x)), N, H, W, C,
+                               KH, KW, SH, SW, PH, PW, DH, DW,
+                               ffi.cast("uint16_t *", ffi.from_buffer(cols, require_writable=True)),
+                               cols.size)
+    if rc != 0:   # only on arguments the checks above already refused
+        raise ValueError(f"bf16k_im2col_nhwc: {ffi.string(lib.bf16k_strerror(rc)).decode()}")
+    return cols
 
 
 def col2im(cols, x_shape, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW"):

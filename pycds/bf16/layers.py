@@ -154,12 +154,13 @@ class Conv2d:
         return F.conv2d(x, self._packed, self.bias, self.stride, self.padding, self.dilation,
                         self.groups, self.layout, residual)
 
-    def bf16(self, x, residual=None, relu=False):
+    def bf16(self, x, residual=None, relu=False, workspace=None):
         """x : (N, H, W, C) BF16 (uint16 bits) -> (N, OH, OW, K) BF16, NHWC whatever
         ``layout`` says; bias, `residual` (BF16, overwritten with the result) and ReLU
-        fused into the GEMM.  See :func:`pycds.bf16.functional.conv2d_bf16`."""
+        fused into the GEMM; `workspace`: im2col scratch.  See
+        :func:`pycds.bf16.functional.conv2d_bf16`."""
         return F.conv2d_bf16(x, self._packed, self.bias, self.stride, self.padding,
-                             self.dilation, self.groups, residual, relu)
+                             self.dilation, self.groups, residual, relu, workspace)
 
     def __repr__(self):
         return (f"Conv2d({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

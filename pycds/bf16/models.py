@@ -33,6 +33,7 @@ are ignored.
 """
 
 import os
+import threading
 
 import numpy as np
 
@@ -335,7 +336,7 @@ class Bottleneck:
         if f"{prefix}.downsample.0.weight" in sd:
             self.downsample = _conv_bn(sd, f"{prefix}.downsample.0", f"{prefix}.downsample.1", stride)
 
-    def __call__(self, x):
+    def __call__(self, x, workspace=None):
         """x : (N, H, W, C) BF16 (uint16 bits) -> (N, H/S, W/S, 4*width) BF16.
 
         Activations stay BF16 between convolutions: each convolution rounds
@@ -343,11 +344,36 @@ class Bottleneck:
         fused into the GEMM (functional.conv2d_bf16), as PyTorch's bf16
         inference rounds every layer's output.  `x` must be C-contiguous;
         it is overwritten when it is the shortcut (no downsample).
+        `workspace(n)` (optional) returns im2col scratch of at least n
+        uint16 elements.
         """
         out = self.conv1.bf16(x, relu=True)  # (N, H, W, width)
-        out = self.conv2.bf16(out, relu=True)  # (N, H/S, W/S, width)
+        ws = None if workspace is None else workspace(_cols_elems(self.conv2, out.shape))
+        out = self.conv2.bf16(out, relu=True, workspace=ws)  # (N, H/S, W/S, width)
         shortcut = x if self.downsample is None else self.downsample.bf16(x)  # (N, H/S, W/S, 4*width)
         return self.conv3.bf16(out, residual=shortcut, relu=True)  # written into shortcut
+
+
+def _cols_elems(conv, x_shape):
+    """Elements of conv's im2col matrix for an NHWC input of x_shape."""
+    N, H, W, C = x_shape
+    (KH, KW), (SH, SW), (PH, PW), (DH, DW) = conv.kernel_size, conv.stride, conv.padding, \
+        conv.dilation
+    return (N * F.conv_output_size(H, KH, SH, PH, DH) * F.conv_output_size(W, KW, SW, PW, DW)
+            * KH * KW * C)
+
+
+class _Workspace(threading.local):
+    """Per-thread im2col scratch of a model (uint16), grown on demand and
+    reused by every layer of every call: a fresh array per layer would pay
+    its page faults each time (two thirds of im2col's time here)."""
+
+    buf = None
+
+    def __call__(self, n):
+        if self.buf is None or self.buf.size < n:
+            self.buf = np.empty(n, dtype=np.uint16)
+        return self.buf
 
 
 class ResNet50:
@@ -388,6 +414,7 @@ class ResNet50:
                                  for bi in range(blocks)))
             setattr(self, f"layer{li}", layer)
         self.fc = _linear(sd, "fc")
+        self._workspace = _Workspace()
 
     @classmethod
     def from_file(cls, path):
@@ -407,10 +434,14 @@ class ResNet50:
         ndarray of float32, shape (N, num_classes)
         """
         x = F.as_bf16(F.to_nhwc(np.asarray(x, np.float32)))  # (N, H, W, 3) BF16
-        x = self.conv1.bf16(x, relu=True)  # (N, H/2, W/2, 64) BF16, all >= +0
+        x = self.conv1.bf16(x, relu=True, workspace=self._workspace(
+            _cols_elems(self.conv1, x.shape)))  # (N, H/2, W/2, 64) BF16, all >= +0
         # Non-negative BF16 bits pool exactly as int16 (their order is the values').
         x = self.maxpool(x.view(np.int16)).view(np.uint16)  # (N, H/4, W/4, 64)
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (N, H/32, W/32, 2048) BF16
+        ws = self._workspace
+        for layer in (self.layer1, self.layer2, self.layer3, self.layer4):
+            for block in layer:
+                x = block(x, ws)  # ends (N, H/32, W/32, 2048) BF16
         x = F.as_float32(x).mean(axis=(1, 2), dtype=np.float32)  # (N, 2048): avgpool + flatten
         return self.fc(x)  # (N, num_classes)
 

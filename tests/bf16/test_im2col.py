@@ -83,6 +83,20 @@ class TestIm2col:
         expect = explicit_cols(x, KH, KW, S, P, D).reshape(-1, C, KH, KW).transpose(0, 2, 3, 1)
         np.testing.assert_array_equal(cols_nhwc, expect.reshape(N * OH * OW, KH * KW * C))
 
+    def test_out_scratch(self):
+        # BF16 NHWC goes through the native copy; `out` is reused when big enough
+        x = np.random.default_rng(2).integers(0, 65535, (2, 9, 7, 6)).astype(np.uint16)
+        want = im2col(x, 3, 2, 1, 1, "NHWC")
+        big = np.full(want.size + 11, 7, np.uint16)
+        got = im2col(x, 3, 2, 1, 1, "NHWC", out=big)
+        np.testing.assert_array_equal(got, want)
+        assert np.shares_memory(got, big) and (big[want.size:] == 7).all()
+        for unusable in (np.empty(want.size - 1, np.uint16), np.empty(want.size, np.float32),
+                         np.empty((want.size, 1), np.uint16)):
+            got = im2col(x, 3, 2, 1, 1, "NHWC", out=unusable)
+            np.testing.assert_array_equal(got, want)
+            assert not np.shares_memory(got, unusable)
+
     def test_nhwc_1x1_is_a_view(self):
         N, H, W, C = 2, 5, 6, 8
         x = np.arange(N * H * W * C, dtype=np.uint16).reshape(N, H, W, C)

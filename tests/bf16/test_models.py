@@ -93,6 +93,25 @@ class TestResNet50:
             assert rel_err(y[n], ref[n]) <= 2 * R.U_BF16 * np.sqrt(54)
         assert rel_err(resnet(x[1:]), ref[1:]) <= 2 * R.U_BF16 * np.sqrt(54)
 
+    def test_threads_share_a_model(self, resnet):
+        # each thread gets its own im2col workspace (and the kernels release the GIL)
+        import threading
+        xs = [np.random.default_rng(10 + i).standard_normal((1, 3, 32, 32)).astype(np.float32)
+              for i in range(4)]
+        want = [resnet(x) for x in xs]
+        got = [None] * 4
+
+        def run(i):
+            for _ in range(3):
+                got[i] = resnet(xs[i])
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(g, w)   # same chunking: same sums
+
     def test_num_classes_from_fc(self):
         sd = M.random_state_dict(M.resnet50_shapes(num_classes=10), seed=5)
         model = M.ResNet50(sd)
