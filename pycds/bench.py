@@ -234,7 +234,12 @@ def _run(argv, env, cwd=None, timeout=600):
     """Run ``argv``; return (wall seconds, cpu seconds, stdout, stderr, rc).
 
     CPU time is user+sys of the child from wait4 (less sensitive than wall
-    time to other processes on a shared machine)."""
+    time to other processes on a shared machine).  Children run in the temp
+    directory unless told otherwise: run from a source checkout, ``-c``
+    code would import that checkout's ``pycds`` (no native module built for
+    the interpreter under test) instead of the installed one."""
+    if cwd is None:
+        cwd = tempfile.gettempdir()
     r, w = os.pipe()
     r2, w2 = os.pipe()
     t0 = time.perf_counter()
