@@ -452,7 +452,7 @@ class TestWorkerPool:
         finally:
             gemm._set_num_threads(0)
 
-    def test_fork_child_gets_its_own_workers(self, kernel):
+    def test_fork_child_gets_its_own_workers(self, kernel, tmp_path):
         if kernel == "fallback":
             pytest.skip("no native driver")
         code = (
@@ -467,5 +467,7 @@ class TestWorkerPool:
             "_, st = os.waitpid(pid, 0)\n"
             "assert os.waitstatus_to_exitcode(st) == 0 and (gemm.sbgemm(a, b) == 1024).all()\n"
             "print('ok')\n")
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        # outside the source tree: -c code imports from the working directory first
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
         assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
