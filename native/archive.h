@@ -82,7 +82,8 @@ struct pycds_archive {
     PyObject **roots;         /* per LOADED module: its code object */
 
     /* read-ahead (prefetch.c) */
-    uint64_t pf_window;       /* bytes of heap read ahead; 0: off */
+    uint64_t pf_window;       /* most bytes of heap read ahead; 0: off */
+    uint64_t pf_cur;          /* the window now (ramps up, archive.h) */
     uint32_t pf_next;         /* first module it may read ahead */
     uint64_t pf_limit;        /* ... as long as the chunk starts below this */
     int pf_stop;              /* the thread must exit (fork, close) */
@@ -108,8 +109,9 @@ int pycds_archive_sync_init(pycds_archive *a);
 /* prefetch.c */
 /* Register a for fork handling and set its window (0: off).  No lock held. */
 int pycds_prefetch_enable(pycds_archive *a, uint64_t window);
-/* With a->mu held: module k is being imported; read ahead after it. */
-void pycds_prefetch_schedule(pycds_archive *a, uint32_t k);
+/* With a->mu held: module k is being imported (hit: it had been read
+ * ahead); read ahead after it. */
+void pycds_prefetch_schedule(pycds_archive *a, uint32_t k, int hit);
 /* Stop and join the read-ahead thread, unregister a.  No lock held. */
 void pycds_prefetch_shutdown(pycds_archive *a);
 

@@ -516,7 +516,7 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
         fix = a->fixups[module_no];
         a->fixups[module_no] = NULL;
         a->state[module_no] = MOD_IMPORTING;
-        pycds_prefetch_schedule(a, module_no);
+        pycds_prefetch_schedule(a, module_no, s == MOD_READY);
     }
     pthread_mutex_unlock(&a->mu);
 

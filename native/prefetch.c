@@ -6,8 +6,12 @@
  * order.  So when the importing thread loads module k, the modules right
  * after k in the heap are the likely next ones: this thread runs stage 1
  * (pread, checksum, pointer relocations; archive.h) for those whose chunks
- * start less than `pf_window` bytes after k's end, and the importing thread
- * finds them READY.  What stays on the importing thread is stage 2, the
+ * start less than `pf_cur` bytes after k's end, and the importing thread
+ * finds them READY.  Like the kernel's file read-ahead, the window starts
+ * small (RAMP_MIN) and doubles on every import that finds its module read
+ * ahead, up to `pf_window`; an import that does not falls back to RAMP_MIN.
+ * So a program that imports one module and stops (`python -c pass` on 3.13
+ * imports linecache) reads 256 KiB ahead, not 2 MiB.  What stays on the importing thread is stage 2, the
  * part that needs the GIL (re-interning, frozensets).  Like the kernel's
  * file read-ahead, the window bounds the work and memory spent on modules
  * that are never imported.
@@ -31,6 +35,7 @@
 #include <unistd.h>
 
 #define IDLE_MS 200
+#define RAMP_MIN (256u << 10)
 
 /* Archives with read-ahead, for the fork handlers. */
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -143,14 +148,21 @@ start_locked(pycds_archive *a)
 }
 
 void
-pycds_prefetch_schedule(pycds_archive *a, uint32_t k)
+pycds_prefetch_schedule(pycds_archive *a, uint32_t k, int hit)
 {
     if (a->pf_window == 0) {
         return;
     }
+    uint64_t lo = a->pf_window < RAMP_MIN ? a->pf_window : RAMP_MIN;
+    if (!hit || a->pf_cur < lo) {
+        a->pf_cur = lo;
+    }
+    else if (a->pf_cur < a->pf_window) {
+        a->pf_cur = 2 * a->pf_cur < a->pf_window ? 2 * a->pf_cur : a->pf_window;
+    }
     const pycds_chunk_rec *c = &a->chunks[k];
     a->pf_next = k + 1;
-    a->pf_limit = c->chunk_off + c->chunk_len + a->pf_window;
+    a->pf_limit = c->chunk_off + c->chunk_len + a->pf_cur;
     if (next_candidate(a) == a->nmodules) {
         return;
     }
@@ -160,7 +172,7 @@ pycds_prefetch_schedule(pycds_archive *a, uint32_t k)
     }
     else if (a->pf_waiting
              && (a->pf_limit < a->pf_woken_limit
-                 || a->pf_limit - a->pf_woken_limit >= a->pf_window / 4)) {
+                 || a->pf_limit - a->pf_woken_limit >= a->pf_cur / 4)) {
         /* Waking the thread costs this one a futex call: wake it for a
          * quarter window of new work at a time, or when the program moved
          * back in the heap. */

@@ -1,10 +1,13 @@
-"""Command line: ``python -m pycds {info,verify,dump,trace} ...``.
+"""Command line: ``python -m pycds {info,verify,dump} ...``.
 
 ``info ARCHIVE``     header, interpreter, sizes and the modules with their sizes
 ``verify ARCHIVE``   modules whose sources changed since the dump, or whose
-                     archived data fails its checksum (exit 1 if any)
-``dump LIST ARCHIVE``  import the modules named in LIST and archive them
-                       (the same as ``pycds._dump(LIST, ARCHIVE)``)
+                     archived data fails its checksum, and whether SHARE would
+                     refuse the file itself (permissions); exit 1 if any
+``dump LIST ARCHIVE``  import the modules named in LIST and archive them, as
+                       ``pycds._dump(LIST, ARCHIVE)`` in a fresh interpreter
+                       does (plus the few modules this command line itself
+                       imports, such as argparse)
 
 Exit status: 0 on success, 1 when ``verify`` finds stale modules, 2 when the
 archive cannot be read.
@@ -68,6 +71,9 @@ def cmd_verify(args):
         print(f"pycds: {args.archive}: {e}", file=sys.stderr)
         return 2
     stale = damaged = 0
+    refused = _share_refusal(args.archive)
+    if refused:
+        print(f"SHARE would ignore this archive: {refused}")
     if not index.chunk_table_intact():
         damaged += 1
         print("chunk table fails its checksum: no module can be loaded")
@@ -82,7 +88,16 @@ def cmd_verify(args):
     print(f"{stale} of {len(entries)} modules changed since the dump")
     if damaged:
         print(f"{damaged} of {len(entries)} modules (and tables) damaged in the archive")
-    return 1 if stale or damaged else 0
+    return 1 if stale or damaged or refused else 0
+
+
+def _share_refusal(path):
+    """Why SHARE would refuse the file (ownership, permissions), or None."""
+    try:
+        F.Index.open(path).close()
+    except F.FormatError as e:
+        return str(e)
+    return None
 
 
 def cmd_dump(args):

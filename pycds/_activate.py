@@ -56,9 +56,14 @@ def _activate(cfg):
         return finder.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
+        import os
         from . import dump
         atexit.register(dump.dump_at_exit, cfg)
         dump.dump_session()   # children started from here on inherit it
+        if os.environ.get("PYCDSARCHIVE"):
+            # Children of the session merge into this archive, also when
+            # they start in another directory (a relative path would not).
+            os.environ["PYCDSARCHIVE"] = cfg.archive
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
         from . import trace

@@ -101,8 +101,20 @@ def from_environ(environ=None, flags=None):
     if not archive and mode in (MODE_DUMP, MODE_SHARE):
         archive = default_archive_path(environ)
     listfile = environ.get("PYCDSLIST", "") or "pycds.lst"
+    if mode != MODE_OFF:
+        # Relative to the directory the program starts in, not the one it
+        # happens to be in when it exits (DUMP and TRACE write at exit).
+        archive = _absolute(archive)
+        listfile = _absolute(listfile)
     return Config(mode, archive, listfile, verbose, check, problems, verify,
                   prefetch)
+
+
+def _absolute(path):
+    try:
+        return os.path.abspath(path) if path else path
+    except OSError:      # the working directory was removed
+        return path
 
 
 # ---- the default archive path --------------------------------------------

@@ -9,7 +9,18 @@ with the C side's message.
 from . import __version__
 from .errors import NativeError
 
-from ._native import ffi, lib
+try:
+    from ._native import ffi, lib
+except ImportError as e:
+    if "subinterpreter" in str(e):
+        raise     # 3.12+ refuses cffi modules there; the finder expects this one
+    import os as _os
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    raise ImportError(
+        f"pycds._native is not built for this interpreter in {_here} ({e}); if that is a "
+        f"source checkout (the working directory shadows the installed pycds), run from "
+        f"another directory, or build it in place with 'python native/build_native.py'",
+        name="pycds._native") from e
 
 if ffi.string(lib.pycds_build_version()).decode() != __version__:
     raise ImportError(

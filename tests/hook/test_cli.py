@@ -93,6 +93,23 @@ class TestCliIntegrity:
         p.wait(timeout=60)
         assert p.returncode == 1 and err == "", err
 
+    def test_verify_says_share_would_refuse_loose_permissions(self, tmp_path):
+        img = make_archive(tmp_path)
+        os.chmod(img, 0o666)
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        assert r.rc == 1 and "SHARE would ignore this archive: writable by group or others" \
+            in r.out, r
+
+    def test_unbuilt_source_tree_says_so(self, tmp_path):
+        # a checkout as working directory shadows the installed package
+        import shutil
+        import pycds
+        src = os.path.dirname(pycds.__file__)
+        shutil.copytree(src, tmp_path / "pycds",
+                        ignore=shutil.ignore_patterns("*.so", "__pycache__", "bf16"))
+        r = run_python(["-c", "import pycds._nativeapi"], cwd=tmp_path)
+        assert r.rc == 1 and "run from another directory" in r.err, r
+
     def test_info_on_foreign_archive_shows_header(self, tmp_path):
         import marshal
         img = make_archive(tmp_path)

@@ -53,6 +53,41 @@ class TestFromEnviron:
         assert cfg.archive.endswith(".img")
 
 
+    def test_prefetch(self):
+        base = {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": "/a"}
+        assert C.from_environ(base, flags()).prefetch is True
+        assert C.from_environ({**base, "PYCDSPREFETCH": "0"}, flags()).prefetch is False
+        bad = C.from_environ({**base, "PYCDSPREFETCH": "yes"}, flags())
+        assert bad.prefetch is True and len(bad.problems) == 1
+
+
+class TestRelativePaths:
+    """Relative paths mean the directory the program starts in, even when it
+    changes directory before DUMP writes at exit, and for its children."""
+
+    PROG = ("import os, subprocess, sys, json\n"
+            "os.chdir('sub')\n"
+            "subprocess.run([sys.executable, '-c', 'import csv, textwrap'], check=True)\n")
+
+    def test_dump_and_children_write_where_the_program_started(self, tmp_path):
+        from conftest import run_python
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "prog.py").write_text(self.PROG)
+        d = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE="rel.img")
+        assert d.rc == 0 and d.warnings() == [], d
+        assert (tmp_path / "rel.img").exists() and not (tmp_path / "sub" / "rel.img").exists()
+        s = run_python(["-c", "import json, csv, textwrap"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE="rel.img", PYCDSVERBOSE=1)
+        assert s.warnings() == [] and {"json", "csv", "textwrap"} <= set(s.served()), s
+
+    def test_trace_list(self, tmp_path):
+        from conftest import run_python
+        (tmp_path / "sub").mkdir()
+        r = run_python(["-c", "import os, json; os.chdir('sub')"], cwd=tmp_path,
+                       PYCDSMODE="TRACE", PYCDSLIST="mods.lst")
+        assert r.rc == 0 and "json" in (tmp_path / "mods.lst").read_text().split()
+
+
 class TestProgramId:
     @pytest.mark.parametrize("argv,expected", [
         (["py", "app.py", "x"], ("script", os.path.realpath("app.py"))),
