@@ -7,7 +7,6 @@ with the C side's message.
 """
 
 from . import __version__
-from .errors import NativeError
 
 try:
     from ._native import ffi, lib
@@ -33,6 +32,9 @@ def _check(rc, what):
     if rc != 0:
         reason = ffi.string(lib.pycds_strerror(rc)).decode()
         detail = ffi.string(lib.pycds_last_error()).decode("utf-8", "replace")
+        # Imported here: errors are rare, and this module is loaded on the
+        # first archive hit of every SHARE process.
+        from .errors import NativeError
         raise NativeError(f"{what}: {reason}: {detail}", code=rc)
 
 
