@@ -7,22 +7,23 @@
  * after k in the heap are the likely next ones: this thread runs stage 1
  * (pread, checksum, pointer relocations; archive.h) for those whose chunks
  * start less than `pf_cur` bytes after k's end, and the importing thread
- * finds them READY.  Like the kernel's file read-ahead, the window starts
- * small (RAMP_MIN) and doubles on every import that finds its module read
- * ahead, up to `pf_window`; an import that does not falls back to RAMP_MIN.
- * So a program that imports one module and stops (`python -c pass` on 3.13
- * imports linecache) reads 256 KiB ahead, not 2 MiB.  What stays on the importing thread is stage 2, the
- * part that needs the GIL (re-interning, frozensets).  Like the kernel's
- * file read-ahead, the window bounds the work and memory spent on modules
- * that are never imported.
+ * finds them READY; what stays on the importing thread is stage 2, the part
+ * that needs the GIL (re-interning, frozensets).  As the kernel's file
+ * read-ahead does, the window starts small (RAMP_MIN) and doubles on every
+ * import that finds its module read ahead, up to `pf_window`, and falls
+ * back to RAMP_MIN on an import that does not: it bounds the work and
+ * memory spent on modules that are never imported (a program that imports
+ * one module and stops, as `python -c pass` does linecache on 3.13, reads
+ * 256 KiB ahead, not 2 MiB).
  *
  * The thread touches no Python object and never takes the GIL; it blocks
- * every signal (they stay the interpreter's); it exits after IDLE_MS
- * without work, so a long-running program has no extra thread once its
- * imports are done, and is started again when needed.  Before fork() it is
- * stopped and joined (pthread_atfork), so the child is never left with a
- * module BUSY forever, and a process that forks has no thread of ours
- * (nothing for CPython 3.12+'s multi-threaded fork warning, or a look at
+ * every signal but the synchronous ones (the others stay the
+ * interpreter's); it exits after IDLE_MS without work, so a long-running
+ * program has no extra thread once its imports are done, and is started
+ * again when needed.  Before fork() it is stopped and joined
+ * (pthread_atfork), so the child is never left with a module AHEAD
+ * forever, and a process that forks has no thread of ours (nothing for
+ * CPython 3.12+'s multi-threaded fork warning, or a look at
  * /proc/self/task, to see).
  */
 #include "archive.h"
