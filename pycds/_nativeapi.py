@@ -107,9 +107,14 @@ class NativeArchive:
     def load(self, entry):
         """Return the code object of ``entry`` (a pycds._format.ModuleEntry).
         Raises NativeError if the chunk is corrupt or fails its fix-ups."""
+        number = entry.number
+        if type(number) is not int or not 0 <= number < 1 << 32:
+            # (cffi would say "can't convert negative number to unsigned")
+            from .errors import NativeError
+            raise NativeError(f"load {entry.name}: archive data is corrupt: module number "
+                              f"{number!r} out of range", code=-6)   # PYCDS_E_CORRUPT
         out = []
-        _check(lib.pycds_archive_load(self._a, entry.number, id(out)),
-               f"load {entry.name}")
+        _check(lib.pycds_archive_load(self._a, number, id(out)), f"load {entry.name}")
         return out[0]
 
     def set_prefetch(self, window):

@@ -281,6 +281,13 @@ class TestStructuralChecks:
         path = _write(archive_dir / "s.img", self._resigned(data, mutate))
         refused(share(work, path, PYCDSVERIFY=1), plain, path)
 
+    def test_negative_module_number_says_so(self, base_archive, archive_dir):
+        work, _, data, plain, _ = base_archive
+        path = _write(archive_dir / "n.img",
+                      self._resigned(data, lambda m, e: setattr(e, "number", -1)))
+        reason = refused(share(work, path), plain, path)
+        assert "module number -1 out of range" in reason, reason
+
 
 def _slots(m, e, kind):
     return [(i, slot) for i, slot, k in fuzz_archive._ptr_slots(m, e) if k == kind]
