@@ -215,6 +215,7 @@ class Index:
         self._buckets = buckets
         self._mask = header.nbuckets - 1
         self._key = header.archive_id
+        self._table = None       # chunk table bytes, read by verify only
 
     @classmethod
     def open(cls, path, check_owner=True, check_interpreter=True):
@@ -336,11 +337,18 @@ class Index:
             return False     # the loader would use other bytes than these
         return hash64(relocs, hash64(chunk, h.archive_id)) == entry.chunk_sum
 
+    def _chunk_table(self):
+        # The whole chunk table, read once (short if the file is).
+        if self._table is None:
+            h = self.header
+            self._table = os.pread(self.fd, h.nmodules * CHUNK_REC, h.chunks_off)
+        return self._table
+
     def chunk_table_intact(self):
         """True if the chunk table has the checksum the header records."""
         from ._nativeapi import hash64
         h = self.header
-        table = os.pread(self.fd, h.nmodules * CHUNK_REC, h.chunks_off)
+        table = self._chunk_table()
         return len(table) == h.nmodules * CHUNK_REC and \
             hash64(table, h.archive_id) == h.chunks_sum
 
@@ -349,9 +357,8 @@ class Index:
         ``(chunk_off, chunk_len, root_off, reloc_first, reloc_count,
         checksum)``: what the native loader uses (for ``verify``; the
         table's own checksum is checked by the loader)."""
-        h = self.header
-        b = os.pread(self.fd, CHUNK_REC, h.chunks_off + number * CHUNK_REC)
-        if len(b) != CHUNK_REC or number >= h.nmodules:
+        b = self._chunk_table()[number * CHUNK_REC:(number + 1) * CHUNK_REC]
+        if len(b) != CHUNK_REC or not 0 <= number < self.header.nmodules:
             raise FormatError(f"no chunk-table record for module {number}")
         import struct      # not at start-up: only verify reads records
         # native byte order (pycds/_writer.py, chunk_table)

@@ -70,8 +70,9 @@ sys.stdout.write("%d %d" % (t1 - t0, c1 - c0))
 
 # The ideal: every code object the workload imports from source is read and
 # unmarshalled (SourceFileLoader.get_code, from the .pyc) before the timer;
-# a finder first on sys.meta_path serves them from a dict.  Nothing but
-# modules already loaded at start-up is imported by the harness.
+# a finder first on sys.meta_path serves them from a dict; then the same
+# timed import as _INPROC.  Nothing but modules already loaded at start-up
+# is imported by the harness.
 _IDEAL = """\
 import sys, time, marshal, gc
 from _frozen_importlib import ModuleSpec
@@ -105,13 +106,7 @@ class _Finder:
         return spec
 
 sys.meta_path.insert(0, _Finder)
-c0 = time.thread_time_ns()
-t0 = time.perf_counter_ns()
-import {mods}
-t1 = time.perf_counter_ns()
-c1 = time.thread_time_ns()
-sys.stdout.write("%d %d" % (t1 - t0, c1 - c0))
-"""
+""" + _INPROC
 
 # The modules a workload imports from source (for the ideal's preload).
 _LIST = """\

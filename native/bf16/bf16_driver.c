@@ -175,13 +175,20 @@ get_num_threads(void)
 
 /* ---- two-way parallel helper ------------------------------------------ */
 
-/* Run fn(arg0) here and fn(arg1) on a new thread (or here, if the thread
- * cannot be started).  For memory-bound loops over large arrays. */
+/* Arrays at least this long are converted / packed / unfolded by two
+ * threads. */
+#define PARALLEL_MIN_ELEMS (1 << 18)
+
+/* The two halves of a job over `elems` elements: fn(arg0) here and fn(arg1)
+ * on a new thread when the job is large and two threads are allowed, else
+ * (also if the thread cannot be started) one after the other here.  For
+ * memory-bound loops over large arrays. */
 static void
-run_pair(void *(*fn)(void *), void *arg0, void *arg1)
+run_pair(void *(*fn)(void *), void *arg0, void *arg1, int64_t elems)
 {
     pthread_t tid;
-    int threaded = pthread_create(&tid, NULL, fn, arg1) == 0;
+    int threaded = elems >= PARALLEL_MIN_ELEMS && get_num_threads() >= 2
+        && pthread_create(&tid, NULL, fn, arg1) == 0;
     fn(arg0);
     if (threaded) {
         pthread_join(tid, NULL);
@@ -189,9 +196,6 @@ run_pair(void *(*fn)(void *), void *arg0, void *arg1)
         fn(arg1);
     }
 }
-
-/* Arrays at least this long are converted / packed by two threads. */
-#define PARALLEL_MIN_ELEMS (1 << 18)
 
 /* ---- conversion -------------------------------------------------------- */
 
@@ -300,16 +304,11 @@ conv_dispatch(const void *src, size_t src_size, void *dst, size_t dst_size,
               int64_t n, uint32_t bias_on, int widen)
 {
     pthread_once(&detect_once, detect);
-    conv_job j0 = {src, dst, n, bias_on, widen};
-    if (n < PARALLEL_MIN_ELEMS || get_num_threads() < 2) {
-        conv_run(&j0);
-        return;
-    }
     int64_t h = n / 2;
-    j0.n = h;
+    conv_job j0 = {src, dst, h, bias_on, widen};
     conv_job j1 = {(const char *)src + (size_t)h * src_size,
                    (char *)dst + (size_t)h * dst_size, n - h, bias_on, widen};
-    run_pair(conv_run, &j0, &j1);
+    run_pair(conv_run, &j0, &j1, n);
 }
 
 int
@@ -402,13 +401,9 @@ bf16k_im2col_nhwc(const uint16_t *x, int64_t n, int64_t h, int64_t w, int64_t c,
         return BF16K_E_ARG;   /* cols too short */
     }
     im2col_job j0 = {x, h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, 0, m, cols};
-    if (m * (int64_t)kh * kw * c < PARALLEL_MIN_ELEMS || get_num_threads() < 2) {
-        im2col_run(&j0);
-        return BF16K_OK;
-    }
     im2col_job j1 = j0;
     j0.r1 = j1.r0 = m / 2;
-    run_pair(im2col_run, &j0, &j1);
+    run_pair(im2col_run, &j0, &j1, m * (int64_t)kh * kw * c);
     return BF16K_OK;
 }
 
@@ -553,13 +548,9 @@ bf16k_pack_b(const uint16_t *b, int64_t k, int64_t n, int64_t rs, int64_t cs,
     }
     const int64_t kunits = ceil_div(k, d->ku);
     pack_job j0 = {d, b, k, n, rs, cs, dst, 0, kunits};
-    if (need < PARALLEL_MIN_ELEMS || get_num_threads() < 2) {
-        pack_b_range(&j0);
-        return BF16K_OK;
-    }
     pack_job j1 = j0;
     j0.p1 = j1.p0 = kunits / 2;
-    run_pair(pack_b_range, &j0, &j1);
+    run_pair(pack_b_range, &j0, &j1, need);
     return BF16K_OK;
 }
 

@@ -154,6 +154,21 @@ def _round_bits(u, rounding):
     return r
 
 
+def bf16_bits(x, name):
+    """`x` as BF16 bit patterns: a uint16 array as is, an ``ml_dtypes.bfloat16``
+    array viewed as uint16 (no copy).  Raises ValueError naming `name` for
+    any other dtype (floats are not rounded here; see :func:`to_bf16`)."""
+    x = np.asarray(x)
+    if x.dtype.name == "bfloat16":
+        return x.view(np.uint16)
+    if x.dtype != np.uint16:
+        raise ValueError(
+            f"{name} must hold BF16 as uint16 bit patterns or ml_dtypes.bfloat16, "
+            f"got dtype {x.dtype}"
+        )
+    return x
+
+
 def to_float32(b):
     """Widen BF16 to float32 exactly.
 
@@ -173,14 +188,7 @@ def to_float32(b):
     ValueError
         If `b` is neither uint16 nor ml_dtypes.bfloat16.
     """
-    b = np.asarray(b)
-    if b.dtype.name == "bfloat16":
-        b = b.view(np.uint16)
-    elif b.dtype != np.uint16:
-        raise ValueError(
-            f"b must hold BF16 as uint16 bit patterns or ml_dtypes.bfloat16, "
-            f"got dtype {b.dtype}"
-        )
+    b = bf16_bits(b, "b")
     if _lib is not None and b.size >= _NATIVE_MIN and b.flags.c_contiguous:
         return _native_to_f32(b)
     return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)

@@ -275,32 +275,20 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="N
     _check_layout(layout)
     x = np.asarray(x)
     _check4d(x, "x", layout)
-    pw = w if isinstance(w, PackedConv) else pack_conv_weight(w, groups)
-    if pw.groups != groups:
-        raise ValueError(f"groups={groups} does not match the packed weight's groups={pw.groups}")
     if layout == "NCHW":
         x = to_nhwc(x)
     N, H, W, C = x.shape
-    if C != pw.in_channels:
-        raise ValueError(
-            f"x has {C} channels, weight {pw.shape} with groups={groups} expects {pw.in_channels}"
-        )
-    KH, KW = pw.kernel_size
-    SH, SW = _pair(stride, "stride")
-    PH, PW = _pair(padding, "padding")
-    DH, DW = _pair(dilation, "dilation")
-    OH = conv_output_size(H, KH, SH, PH, DH)
-    OW = conv_output_size(W, KW, SW, PW, DW)
+    pw, S, P, D, OH, OW = _conv_geometry(x.shape, w, groups, stride, padding, dilation)
     K = pw.out_channels
     out, beta = _accumulator(residual, bias, (N, OH, OW, K), layout)  # (N*OH*OW, K) float32
     xb = np.ascontiguousarray(as_bf16(x))  # (N, H, W, C) uint16
     if groups == 1:
-        cols = im2col(xb, (KH, KW), (SH, SW), (PH, PW), (DH, DW), "NHWC")  # (N*OH*OW, KH*KW*C)
+        cols = im2col(xb, pw.kernel_size, S, P, D, "NHWC")  # (N*OH*OW, KH*KW*C)
         sbgemm(cols, pw.packed[0], c=out, beta=beta)  # (N*OH*OW, K)
     else:
         Cg, Kg = C // groups, K // groups
         for g in range(groups):
-            cols = im2col(xb[..., g * Cg:(g + 1) * Cg], (KH, KW), (SH, SW), (PH, PW), (DH, DW),
+            cols = im2col(xb[..., g * Cg:(g + 1) * Cg], pw.kernel_size, S, P, D,
                           "NHWC")  # (N*OH*OW, KH*KW*Cg)
             sbgemm(cols, pw.packed[g], c=out[:, g * Kg:(g + 1) * Kg], beta=beta)
     if residual is not None and not np.shares_memory(out, residual):
@@ -354,19 +342,9 @@ def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, resi
     """
     xb = np.ascontiguousarray(as_bf16(x))  # (N, H, W, C) uint16
     _check4d(xb, "x", "NHWC")
-    pw = w if isinstance(w, PackedConv) else pack_conv_weight(w, groups)
-    if pw.groups != groups:
-        raise ValueError(f"groups={groups} does not match the packed weight's groups={pw.groups}")
     N, H, W, C = xb.shape
-    if C != pw.in_channels:
-        raise ValueError(
-            f"x has {C} channels, weight {pw.shape} with groups={groups} expects {pw.in_channels}"
-        )
-    (KH, KW), S, P, D = pw.kernel_size, _pair(stride, "stride"), _pair(padding, "padding"), \
-        _pair(dilation, "dilation")
-    OH = conv_output_size(H, KH, S[0], P[0], D[0])
-    OW = conv_output_size(W, KW, S[1], P[1], D[1])
-    K = pw.out_channels
+    pw, S, P, D, OH, OW = _conv_geometry(xb.shape, w, groups, stride, padding, dilation)
+    (KH, KW), K = pw.kernel_size, pw.out_channels
     if residual is not None:
         residual = as_bf16(residual)
         if residual.shape != (N, OH, OW, K) or not residual.flags.c_contiguous:
@@ -387,6 +365,24 @@ def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, resi
                      residual=None if res is None else res[:, ks], relu=relu,
                      out=out[:, ks])
     return out.reshape(N, OH, OW, K)
+
+
+def _conv_geometry(shape, w, groups, stride, padding, dilation):
+    # Pack `w` if it is not, check it against an NHWC input of `shape`:
+    # -> (PackedConv, (SH, SW), (PH, PW), (DH, DW), OH, OW).
+    pw = w if isinstance(w, PackedConv) else pack_conv_weight(w, groups)
+    if pw.groups != groups:
+        raise ValueError(f"groups={groups} does not match the packed weight's groups={pw.groups}")
+    N, H, W, C = shape
+    if C != pw.in_channels:
+        raise ValueError(
+            f"x has {C} channels, weight {pw.shape} with groups={groups} expects {pw.in_channels}"
+        )
+    (KH, KW), S = pw.kernel_size, _pair(stride, "stride")
+    P, D = _pair(padding, "padding"), _pair(dilation, "dilation")
+    OH = conv_output_size(H, KH, S[0], P[0], D[0])
+    OW = conv_output_size(W, KW, S[1], P[1], D[1])
+    return pw, S, P, D, OH, OW
 
 
 def _accumulator(residual, bias, shape, layout):

@@ -53,7 +53,7 @@ import warnings
 
 import numpy as np
 
-from pycds.bf16.convert import to_float32
+from pycds.bf16.convert import bf16_bits, to_float32
 
 try:
     from pycds.bf16._kernels import ffi as _ffi, lib as _lib
@@ -104,14 +104,7 @@ NATIVE_KERNELS = ("generic",) + ((HW_KERNEL,) if HW_KERNEL != "none" else ())
 
 def _as_bf16_bits(x, name):
     # -> ndarray of uint16 (2-D), without copying when possible.
-    x = np.asarray(x)
-    if x.dtype.name == "bfloat16":
-        x = x.view(np.uint16)
-    elif x.dtype != np.uint16:
-        raise ValueError(
-            f"{name} must hold BF16 as uint16 bit patterns or "
-            f"ml_dtypes.bfloat16, got dtype {x.dtype}"
-        )
+    x = bf16_bits(x, name)
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {x.shape}")
     return x
@@ -349,14 +342,7 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     if _kernel == "fallback":
         _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b)
         return out
-    if isinstance(b, PackedB) and b.layout != _kernel:
-        b = _native_pack(b.to_rowmajor(), False)
-    elif not isinstance(b, PackedB):
-        b = _native_pack(b, trans_b)
-    # Stored a made C-contiguous; op(A)[i, kk] = a[i*a_rs + kk*a_cs].
-    a_st = np.ascontiguousarray(op_a.T if trans_a else op_a)
-    lda = a_st.shape[1]
-    a_rs, a_cs = (1, lda) if trans_a else (lda, 1)
+    a_st, a_rs, a_cs, b = _native_operands(op_a, b, trans_a, trans_b)
     direct = out.flags.c_contiguous
     dst = out if direct else np.ascontiguousarray(out)  # (M, N)
     _check(_lib.bf16k_sbgemm_packed(
@@ -439,13 +425,7 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
         if m and n:
             _fallback(op_a, b, acc, m, n, k, float(alpha), 0.0, False)
         return _post_ops(acc, bias, res, relu, out)
-    if isinstance(b, PackedB) and b.layout != _kernel:
-        b = _native_pack(b.to_rowmajor(), False)
-    elif not isinstance(b, PackedB):
-        b = _native_pack(b, False)
-    a_st = np.ascontiguousarray(op_a.T if trans_a else op_a)  # stored (M, K) or (K, M)
-    lda = a_st.shape[1]
-    a_rs, a_cs = (1, lda) if trans_a else (lda, 1)
+    a_st, a_rs, a_cs, b = _native_operands(op_a, b, trans_a, False)
     ldo = out.strides[0] // 2 if m > 1 else n
     ldr = (res.strides[0] // 2 if m > 1 else n) if res is not None else 0
     _check(_lib.bf16k_sbgemm_fused(
@@ -480,6 +460,21 @@ def _post_ops(acc, bias, res, relu, out):
         np.maximum(v, 0, out=v)
     out[...] = r
     return out
+
+
+def _native_operands(op_a, b, trans_a, trans_b):
+    """A and B as the native kernels take them: ``(a_st, a_rs, a_cs, bp)``
+    with op(A)[i, kk] = a_st[i*a_rs + kk*a_cs] (`a_st` C-contiguous: the
+    stored A, transposed back when `trans_a`) and `bp` a PackedB for the
+    active kernel (packed now if `b` is not, or was packed for another)."""
+    if isinstance(b, PackedB) and b.layout != _kernel:
+        b = _native_pack(b.to_rowmajor(), False)
+    elif not isinstance(b, PackedB):
+        b = _native_pack(b, trans_b)
+    a_st = np.ascontiguousarray(op_a.T if trans_a else op_a)  # stored (M, K) or (K, M)
+    lda = a_st.shape[1]
+    a_rs, a_cs = (1, lda) if trans_a else (lda, 1)
+    return a_st, a_rs, a_cs, b
 
 
 def _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b):

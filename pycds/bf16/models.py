@@ -181,8 +181,13 @@ def _num_classes(sd, key, default=1000):
     return int(np.shape(sd[key])[0]) if key in sd else default
 
 
-def _from_file(cls, path):
-    return cls(load_state_dict(path))
+class _StateDictModel:
+    """A network built from a state dict of numpy arrays."""
+
+    @classmethod
+    def from_file(cls, path):
+        """Load from ``.npz`` / ``.safetensors`` (see :func:`load_state_dict`)."""
+        return cls(load_state_dict(path))
 
 
 # --------------------------------------------------------------------------
@@ -209,7 +214,7 @@ def alexnet_shapes(num_classes=1000):
     return shapes
 
 
-class AlexNet:
+class AlexNet(_StateDictModel):
     """AlexNet inference with BF16 weights (torchvision topology and names).
 
     Parameters
@@ -253,11 +258,6 @@ class AlexNet:
             Dropout(), _linear(sd, "classifier.4"), ReLU(True),
             _linear(sd, "classifier.6"),
         )
-
-    @classmethod
-    def from_file(cls, path):
-        """Load from ``.npz`` / ``.safetensors`` (see :func:`load_state_dict`)."""
-        return _from_file(cls, path)
 
     def __call__(self, x):
         """Logits.
@@ -376,7 +376,7 @@ class _Workspace(threading.local):
         return self.buf
 
 
-class ResNet50:
+class ResNet50(_StateDictModel):
     """ResNet-50 inference with BF16 weights (torchvision topology and names).
 
     Parameters
@@ -415,11 +415,6 @@ class ResNet50:
             setattr(self, f"layer{li}", layer)
         self.fc = _linear(sd, "fc")
         self._workspace = _Workspace()
-
-    @classmethod
-    def from_file(cls, path):
-        """Load from ``.npz`` / ``.safetensors`` (see :func:`load_state_dict`)."""
-        return _from_file(cls, path)
 
     def __call__(self, x):
         """Logits.
@@ -467,7 +462,7 @@ def lenet_digits_shapes():
     }
 
 
-class LeNetDigits:
+class LeNetDigits(_StateDictModel):
     """LeNet-style CNN for 8x8 digit scans (LeCun et al. 1998, scaled down).
 
     ``conv1`` 3x3 pad 1, 1->16 - relu - maxpool 2 - ``conv2`` 3x3 pad 1,
@@ -494,11 +489,6 @@ class LeNetDigits:
         self.flatten = Flatten(1, layout=_NHWC)
         self.fc1 = _linear(sd, "fc1")
         self.fc2 = _linear(sd, "fc2")
-
-    @classmethod
-    def from_file(cls, path):
-        """Load from ``.npz`` / ``.safetensors`` (see :func:`load_state_dict`)."""
-        return _from_file(cls, path)
 
     def __call__(self, x):
         """Logits.
