@@ -104,6 +104,35 @@ copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 #  include "layout/layout_310.h"
 #endif
 
+/* Every layout header defines copy_str, copy_bytes, copy_long and
+ * copy_code for its version; floats, complexes and tuples are alike in all. */
+int
+pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
+{
+    if (PyUnicode_CheckExact(op)) {
+        return copy_str(w, op, off);
+    }
+    if (PyBytes_CheckExact(op)) {
+        return copy_bytes(w, op, off);
+    }
+    if (PyLong_CheckExact(op)) {
+        return copy_long(w, op, off);
+    }
+    if (PyFloat_CheckExact(op)) {
+        return copy_plain(w, op, sizeof(PyFloatObject), 0, off);
+    }
+    if (PyComplex_CheckExact(op)) {
+        return copy_plain(w, op, sizeof(PyComplexObject), 0, off);
+    }
+    if (PyTuple_CheckExact(op)) {
+        return copy_tuple(w, op, depth, off);
+    }
+    if (PyCode_Check(op)) {
+        return copy_code(w, op, depth, off);
+    }
+    return unsupported(op);
+}
+
 #ifndef PYCDS_LAYOUT_HEAP_SINGLETONS
 /* The layout's shared instances (small ints, 1-char strs, empty
  * singletons) are static objects of the image: pycds_w_slot() refers to

@@ -192,33 +192,6 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     return rc;
 }
 
-int
-pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
-{
-    if (PyUnicode_CheckExact(op)) {
-        return copy_str(w, op, off);
-    }
-    if (PyBytes_CheckExact(op)) {
-        return copy_bytes(w, op, off);
-    }
-    if (PyLong_CheckExact(op)) {
-        return copy_long(w, op, off);
-    }
-    if (PyFloat_CheckExact(op)) {
-        return copy_plain(w, op, sizeof(PyFloatObject), 0, off);
-    }
-    if (PyComplex_CheckExact(op)) {
-        return copy_plain(w, op, sizeof(PyComplexObject), 0, off);
-    }
-    if (PyTuple_CheckExact(op)) {
-        return copy_tuple(w, op, depth, off);
-    }
-    if (PyCode_Check(op)) {
-        return copy_code(w, op, depth, off);
-    }
-    return unsupported(op);
-}
-
 /* ---- shared instances ---------------------------------------------------
  *
  * marshal.c (3.10) r_object builds ints with PyLong_FromLong (TYPE_INT),

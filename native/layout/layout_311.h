@@ -158,33 +158,6 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 }
 
 int
-pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
-{
-    if (PyUnicode_CheckExact(op)) {
-        return copy_str(w, op, off);
-    }
-    if (PyBytes_CheckExact(op)) {
-        return copy_bytes(w, op, off);
-    }
-    if (PyLong_CheckExact(op)) {
-        return copy_long(w, op, off);
-    }
-    if (PyFloat_CheckExact(op)) {
-        return copy_plain(w, op, sizeof(PyFloatObject), 0, off);
-    }
-    if (PyComplex_CheckExact(op)) {
-        return copy_plain(w, op, sizeof(PyComplexObject), 0, off);
-    }
-    if (PyTuple_CheckExact(op)) {
-        return copy_tuple(w, op, depth, off);
-    }
-    if (PyCode_Check(op)) {
-        return copy_code(w, op, depth, off);
-    }
-    return unsupported(op);
-}
-
-int
 pycds_layout_str_interned(PyObject *op)
 {
     return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
