@@ -96,6 +96,24 @@ copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     return rc;
 }
 
+/* bytes: the same layout in every version; the hash cache (deprecated
+ * since 3.11, still there) starts empty. */
+static int
+copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    size_t size = offsetof(PyBytesObject, ob_sval) + (size_t)Py_SIZE(op) + 1;
+    int rc = copy_raw(w, op, size, 0, off);
+    if (rc) {
+        return rc;
+    }
+    set_refcnt(w, *off);
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    ((PyBytesObject *)pycds_w_at(w, *off))->ob_shash = -1;
+    _Py_COMP_DIAG_POP
+    return copy_type_slot(w, *off, op);
+}
+
 #if PY_VERSION_HEX >= 0x030C0000
 #  include "layout/layout_312.h"        /* 3.12 and 3.13 */
 #elif PY_VERSION_HEX >= 0x030B0000
@@ -104,8 +122,8 @@ copy_tuple(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 #  include "layout/layout_310.h"
 #endif
 
-/* Every layout header defines copy_str, copy_bytes, copy_long and
- * copy_code for its version; floats, complexes and tuples are alike in all. */
+/* Every layout header defines copy_str, copy_long and copy_code for its
+ * version; bytes, floats, complexes and tuples are alike in all. */
 int
 pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {

@@ -119,19 +119,6 @@ copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
 }
 
 static int
-copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
-{
-    size_t size = offsetof(PyBytesObject, ob_sval) + (size_t)Py_SIZE(op) + 1;
-    int rc = copy_raw(w, op, size, 0, off);
-    if (rc) {
-        return rc;
-    }
-    set_refcnt(w, *off);
-    ((PyBytesObject *)pycds_w_at(w, *off))->ob_shash = -1;
-    return copy_type_slot(w, *off, op);
-}
-
-static int
 copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
 {
     Py_ssize_t n = Py_SIZE(op) < 0 ? -Py_SIZE(op) : Py_SIZE(op);
