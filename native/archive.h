@@ -14,6 +14,7 @@
  * Every field below `mu` is guarded by it.  A module's state moves
  *   NEW -> AHEAD -> READY -> IMPORTING -> LOADED | FAILED  (read ahead)
  *   NEW -> IMPORTING -> LOADED | FAILED                    (all on import)
+ *   LOADED -> RELEASED    (its body ran; release.c gave its tail back)
  * and NEW -> AHEAD -> NOPREFETCH when stage 1 failed on the read-ahead
  * thread (the importing thread then redoes it, from the pread on, and
  * reports why).  Only the thread that set AHEAD or IMPORTING touches the
@@ -39,6 +40,7 @@ enum {
     MOD_READY = 4,       /* stage 1 done ahead; its fix-up list in fixups[] */
     MOD_NOPREFETCH = 5,  /* like NEW, but the read-ahead thread gave up on it */
     MOD_IMPORTING = 6,   /* an importing thread is loading it */
+    MOD_RELEASED = 7,    /* LOADED, then its tail was given back (release.c) */
 };
 
 /* One record of the archive's chunk table (docs/archive-format.md), in the
@@ -73,6 +75,8 @@ struct pycds_archive {
     uint64_t seed;
     pycds_chunk_rec *chunks;  /* nmodules records, validated at open */
     int verify;               /* run pycds_verify_chunk() on every load */
+    int release_mode;         /* PYCDS_RELEASE_*: release.c */
+    uint64_t released;        /* bytes given back (statistics) */
 
     pthread_mutex_t mu;
     pthread_cond_t done_cv;   /* a stage-1 run of the read-ahead thread ended */
@@ -94,6 +98,10 @@ struct pycds_archive {
     pthread_t pf_thread;
     uint64_t pf_ahead;        /* stage-1 runs done ahead (statistics) */
     struct pycds_archive *pf_next_archive;   /* fork registry (prefetch.c) */
+    /* page ranges of released tails left for the read-ahead thread to give
+     * back (release.c): pairs of address and length */
+    uintptr_t *gb_q;
+    size_t gb_n, gb_cap;
 };
 
 /* loader.c: stage 1 of module k (see above).  No GIL; no Python object
@@ -114,5 +122,13 @@ int pycds_prefetch_enable(pycds_archive *a, uint64_t window);
 void pycds_prefetch_schedule(pycds_archive *a, uint32_t k, int hit);
 /* Stop and join the read-ahead thread, unregister a.  No lock held. */
 void pycds_prefetch_shutdown(pycds_archive *a);
+/* Leave the page range [lo, lo + len) to the read-ahead thread to give
+ * back: 1 if it took it, 0 if the caller must (no thread to be had, or no
+ * memory to queue it).  No lock held. */
+int pycds_prefetch_give_back(pycds_archive *a, uintptr_t lo, size_t len);
+
+/* release.c: give the page range back now (madvise, or mprotect in the
+ * PROTECT mode); 0 on success.  Any thread, no lock needed. */
+int pycds_release_pages(pycds_archive *a, uintptr_t lo, size_t len);
 
 #endif /* PYCDS_ARCHIVE_H */

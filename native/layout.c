@@ -182,6 +182,42 @@ pycds_layout_after_load(PyObject *root)
 }
 #endif
 
+/* Release of a module's tail (release.c). */
+int
+pycds_layout_tail_walkable(void)
+{
+#ifdef PYCDS_LAYOUT_RAW_DATA
+    return 0;
+#else
+    return 1;
+#endif
+}
+
+Py_ssize_t
+pycds_layout_tail_refcnt(void)
+{
+    return PYCDS_TAIL_REFCNT;
+}
+
+#ifndef PYCDS_LAYOUT_HAS_RELEASE_HOOKS
+/* 3.10, 3.11: a code object may go unless a weak reference or co_extra
+ * data (PEP 523) refers to it; its cached _co_code and _co_linearray (3.11),
+ * owned by it, are then leaked (small).  Nothing else of the interpreter
+ * refers to a code object uncounted. */
+int
+pycds_layout_may_release(PyObject *root)
+{
+    PyCodeObject *co = (PyCodeObject *)root;
+    return co->co_weakreflist == NULL && co->co_extra == NULL;
+}
+
+void
+pycds_layout_forget_code(PyObject *op)
+{
+    (void)op;
+}
+#endif
+
 #ifndef PYCDS_LAYOUT_CHECKS_OBJECTS
 /* Layouts that do not check object fields beyond the loader's structural
  * check (types, bounds, pointers). */

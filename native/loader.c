@@ -165,6 +165,7 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
         return pycds_fail(PYCDS_E_NOMEM, "cannot allocate archive handle");
     }
     a->fd = -1;
+    a->release_mode = PYCDS_RELEASE_ON;
     int have_sync = 0;
     size_t n = nmodules ? nmodules : 1;
     a->state = calloc(n, 1);
@@ -528,6 +529,10 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
         rc = pycds_fail(PYCDS_E_STATE, "being loaded by another import");
         goto done;
     }
+    if (s == MOD_RELEASED) {
+        rc = pycds_fail(PYCDS_E_STATE, "ran before and was released");
+        goto done;
+    }
     if (s != MOD_LOADED) {
         if (s != MOD_READY) {
             rc = pycds_chunk_stage1(a, module_no, &fix);
@@ -569,7 +574,8 @@ pycds_archive_close(pycds_archive *a)
     pthread_mutex_lock(&a->mu);
     int live = 0;
     for (uint32_t i = 0; i < a->nmodules; i++) {
-        live |= a->state[i] == MOD_LOADED || a->state[i] == MOD_IMPORTING;
+        live |= a->state[i] == MOD_LOADED || a->state[i] == MOD_IMPORTING
+                || a->state[i] == MOD_RELEASED;
     }
     pthread_mutex_unlock(&a->mu);
     if (live) {
@@ -593,6 +599,7 @@ pycds_archive_close(pycds_archive *a)
     free(a->roots);
     free(a->fixups);
     free(a->chunks);
+    free(a->gb_q);
     free(a);
     return PYCDS_OK;
 }

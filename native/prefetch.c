@@ -77,7 +77,25 @@ prefetch_main(void *arg)
             int w = pthread_cond_timedwait(&a->work_cv, &a->mu, &until);
             a->pf_waiting = 0;
             if (w == ETIMEDOUT && !a->pf_stop && next_candidate(a) == a->nmodules) {
-                break;
+                if (a->gb_n == 0) {
+                    break;
+                }
+                /* The program stopped importing: now give back the pages
+                 * of released tails (release.c).  Not earlier: each
+                 * madvise() flushes the TLB of the importing thread's CPU
+                 * too (an IPI), which costs the imports more than the call
+                 * costs this thread; as jemalloc's background purging
+                 * does, wait for a quiet moment. */
+                uintptr_t *q = a->gb_q;
+                size_t n = a->gb_n;
+                a->gb_q = NULL;
+                a->gb_n = a->gb_cap = 0;
+                pthread_mutex_unlock(&a->mu);
+                for (size_t i = 0; i < n; i++) {
+                    (void)pycds_release_pages(a, q[2 * i], (size_t)q[2 * i + 1]);
+                }
+                free(q);
+                pthread_mutex_lock(&a->mu);
             }
             continue;
         }
@@ -180,6 +198,41 @@ pycds_prefetch_schedule(pycds_archive *a, uint32_t k, int hit)
         a->pf_woken_limit = a->pf_limit;
         pthread_cond_signal(&a->work_cv);
     }
+}
+
+int
+pycds_prefetch_give_back(pycds_archive *a, uintptr_t lo, size_t len)
+{
+    int taken = 0;
+    pthread_mutex_lock(&a->mu);
+    if (a->pf_window == 0 || a->pf_stop) {
+        goto out;
+    }
+    if (a->gb_n == a->gb_cap) {
+        size_t ncap = a->gb_cap ? 2 * a->gb_cap : 64;
+        uintptr_t *nq = realloc(a->gb_q, ncap * 2 * sizeof(uintptr_t));
+        if (nq == NULL) {
+            goto out;
+        }
+        a->gb_q = nq;
+        a->gb_cap = ncap;
+    }
+    a->gb_q[2 * a->gb_n] = lo;
+    a->gb_q[2 * a->gb_n + 1] = (uintptr_t)len;
+    a->gb_n++;
+    /* Not woken for this: the thread gives the queue back when it has
+     * had nothing to do for IDLE_MS (prefetch_main). */
+    if (!a->pf_running) {
+        start_locked(a);
+        if (!a->pf_running) {
+            a->gb_n--;        /* no thread: the caller does it */
+            goto out;
+        }
+    }
+    taken = 1;
+out:
+    pthread_mutex_unlock(&a->mu);
+    return taken;
 }
 
 /* ---- fork ---------------------------------------------------------------- */

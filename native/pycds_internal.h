@@ -60,6 +60,10 @@ int pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth)
  * every internal target has room for an object header. */
 int pycds_w_raw(pycds_writer *w, uint64_t slot_off, const void *data,
                 size_t size);
+/* Nonzero if heap offset off is in the tail of the chunk being written
+ * (writer.c: the module's code object, what only it reaches, and the
+ * interned strings). */
+int pycds_w_in_tail(pycds_writer *w, uint64_t off);
 
 /* layout.c: one CPython minor version's object layout. */
 /* Copy op (an exact instance of a supported type, not static) into the
@@ -86,6 +90,18 @@ int pycds_layout_use_singleton(PyObject **slot);
  * for each code object reachable from root (3.12+: draw co_version, tell
  * the code watchers).  Layouts that need none get layout.c's no-op. */
 int pycds_layout_after_load(PyObject *root);
+/* The reference count of a chunk's tail objects as written (writer.c):
+ * one more means somebody holds the object. */
+Py_ssize_t pycds_layout_tail_refcnt(void);
+/* Nonzero if a chunk's tail holds nothing but objects (3.10's raw
+ * co_cell2arg data is not one: no memory is given back on 3.10). */
+int pycds_layout_tail_walkable(void);
+/* Nonzero if the module code object root, which no reference count says
+ * is held, may be given back (no weak reference, no tool data on it). */
+int pycds_layout_may_release(PyObject *root);
+/* Before a dead code object's memory is given back: drop what the
+ * interpreter holds of it uncounted (3.13: the function version cache). */
+void pycds_layout_forget_code(PyObject *op);
 /* Text describing the layout facts an archive depends on. */
 int pycds_layout_describe(char *buf, size_t cap);
 /* The pointer fields of a code object (offset, and the exact type their

@@ -60,6 +60,11 @@ typedef struct {
 typedef struct pycds_writer pycds_writer;
 typedef struct pycds_archive pycds_archive;
 
+/* pycds_archive_set_release() modes */
+#define PYCDS_RELEASE_OFF 0
+#define PYCDS_RELEASE_ON 1
+#define PYCDS_RELEASE_PROTECT 2
+
 /* Errors.  Both return static or thread-local storage: do not free. */
 const char *pycds_strerror(int code);
 const char *pycds_last_error(void);
@@ -115,6 +120,14 @@ int pycds_archive_set_verify(pycds_archive *a, int on);
 int pycds_archive_set_prefetch(pycds_archive *a, uint64_t window);
 /* How many modules the read-ahead thread has read and relocated so far. */
 int pycds_archive_prefetched(pycds_archive *a, uint64_t *count);
+/* After the module body of `module_no` ran: give back the pages of its
+ * chunk's tail that nothing holds any more (release.c); *released gets the
+ * bytes given back.  A released module is never handed out again
+ * (pycds_archive_load fails with PYCDS_E_STATE).  Takes the GIL. */
+int pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released);
+/* PYCDS_RELEASE_OFF, _ON (the default) or _PROTECT (tests: PROT_NONE
+ * instead of giving the pages back, so a stray access faults). */
+int pycds_archive_set_release(pycds_archive *a, int mode);
 int pycds_archive_close(pycds_archive *a);
 
 #endif /* PYCDS_NATIVE_H */

@@ -16,6 +16,33 @@
  * Objects shared within one module are copied once (a memo by address).
  * Chunks never point into each other, so each loads on its own.
  *
+ * Order inside a chunk (what lets the loader give memory back once the
+ * module body has run, release.c):
+ *   1. the code objects of the module's functions (lambdas, generators,
+ *      comprehensions, methods: in the co_consts of the module code or of
+ *      its class bodies) with everything they reach, and the module's
+ *      docstring (it lives on as __doc__), then the interned strings of all
+ *      these that no earlier chunk holds;
+ *   2. what the code objects that run once (the module's, its class bodies)
+ *      reach that may live on after they ran: constants (str, int, float,
+ *      complex: globals, class attributes, default arguments, dict
+ *      entries) and interned strings no earlier chunk holds (most become
+ *      the interpreter's interned strings);
+ *   3. the module code object (root_off), its class bodies and the rest of
+ *      what only they reach -- bytecode, line and exception tables, names
+ *      and constant tuples -- then the interned strings an earlier chunk
+ *      also holds: at
+ *      load each INTERN slot gets the interpreter's interned string, which
+ *      the earlier module most likely made already, so these copies are
+ *      dead.
+ * Parts 1 and 2 never point into part 3 except through INTERN slots (part 1
+ * is closed: all it reaches is copied with it); part 3 is the module's
+ * "tail", from root_off to the end of the chunk.  A chunk that follows a
+ * tail of a page or more starts on a page (PYCDS_CHUNK_ALIGN), so that
+ * tail's last page is the module's own.  Tail objects get the mortal reference count of
+ * layout.c's set_refcnt (pycds_w_in_tail), so the loader can tell which of
+ * them anything holds.
+ *
  * The caller holds the objects alive; the writer holds the GIL while it
  * walks them.  Structure after marshal.c's WFILE / w_object.
  */
@@ -25,11 +52,23 @@
 #include <string.h>
 
 #define CHUNK_LIMIT ((uint64_t)1 << 32)   /* relocation entries are 32-bit */
+#define PYCDS_CHUNK_ALIGN 4096            /* a page on the usual Linux systems */
 
 typedef struct {
     PyObject *key;
     uint64_t off;
 } memo_slot;
+
+typedef struct {
+    memo_slot *slots;
+    size_t used, cap;
+} addr_table;
+
+typedef struct {
+    PyObject *key;            /* the object to copy */
+    uint64_t slot;            /* heap offset of the slot that refers to it */
+    int done;                 /* already copied (flush_pending) */
+} pending_slot;
 
 struct pycds_writer {
     uint8_t *heap;
@@ -39,8 +78,12 @@ struct pycds_writer {
     uint64_t seed;
     uint64_t chunk_start;     /* heap offset of the chunk being written */
     uint64_t nobjects;
-    memo_slot *memo;          /* open addressing, capacity a power of 2 */
-    size_t memo_used, memo_cap;
+    addr_table memo;          /* copies of this chunk: object -> heap offset */
+    pending_slot *pending;    /* slots whose target is copied at the chunk's end */
+    size_t npending, pcap;
+    addr_table seen;          /* interned strs earlier chunks hold (owned refs) */
+    uint64_t tail_start;      /* heap offset where the chunk's tail starts */
+    uint64_t last_tail;       /* ... of the chunk written last */
     PyObject *keepalive;      /* proxies whose addresses must not be reused */
 };
 
@@ -117,10 +160,13 @@ store_slot(pycds_writer *w, uint64_t slot_off, uint64_t value)
     memcpy(w->heap + slot_off, &value, sizeof(value));
 }
 
-/* ---- memo ------------------------------------------------------------- */
+/* ---- tables by object address ------------------------------------------ */
 
+/* Open addressing, capacity a power of 2: the copy memo of one chunk
+ * (object -> heap offset) and the set of interned strings earlier chunks
+ * hold. */
 static size_t
-memo_hash(PyObject *key, size_t mask)
+addr_hash(PyObject *key, size_t mask)
 {
     uintptr_t k = (uintptr_t)key >> 3;
     k *= (uintptr_t)0x9E3779B97F4A7C15ULL;
@@ -128,63 +174,92 @@ memo_hash(PyObject *key, size_t mask)
 }
 
 static int
-memo_get(pycds_writer *w, PyObject *key, uint64_t *off)
+table_get(const addr_table *t, PyObject *key, uint64_t *off)
 {
-    if (w->memo_cap == 0) {
+    if (t->cap == 0) {
         return 0;
     }
-    size_t mask = w->memo_cap - 1;
-    for (size_t i = memo_hash(key, mask);; i = (i + 1) & mask) {
-        if (w->memo[i].key == NULL) {
+    size_t mask = t->cap - 1;
+    for (size_t i = addr_hash(key, mask);; i = (i + 1) & mask) {
+        if (t->slots[i].key == NULL) {
             return 0;
         }
-        if (w->memo[i].key == key) {
-            *off = w->memo[i].off;
+        if (t->slots[i].key == key) {
+            *off = t->slots[i].off;
             return 1;
         }
     }
 }
 
+/* Add key, which the table lacks. */
 static int
-memo_put(pycds_writer *w, PyObject *key, uint64_t off)
+table_put(addr_table *t, PyObject *key, uint64_t off)
 {
-    if ((w->memo_used + 1) * 2 > w->memo_cap) {
-        size_t ncap = w->memo_cap ? w->memo_cap * 2 : 1024;
-        memo_slot *nm = calloc(ncap, sizeof(memo_slot));
-        if (nm == NULL) {
-            return pycds_fail(PYCDS_E_NOMEM, "cannot grow the copy memo");
+    if ((t->used + 1) * 2 > t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 1024;
+        memo_slot *ns = calloc(ncap, sizeof(memo_slot));
+        if (ns == NULL) {
+            return pycds_fail(PYCDS_E_NOMEM, "cannot grow a table of %zu objects",
+                              t->used);
         }
-        for (size_t j = 0; j < w->memo_cap; j++) {
-            if (w->memo[j].key != NULL) {
-                size_t i = memo_hash(w->memo[j].key, ncap - 1);
-                while (nm[i].key != NULL) {
+        for (size_t j = 0; j < t->cap; j++) {
+            if (t->slots[j].key != NULL) {
+                size_t i = addr_hash(t->slots[j].key, ncap - 1);
+                while (ns[i].key != NULL) {
                     i = (i + 1) & (ncap - 1);
                 }
-                nm[i] = w->memo[j];
+                ns[i] = t->slots[j];
             }
         }
-        free(w->memo);
-        w->memo = nm;
-        w->memo_cap = ncap;
+        free(t->slots);
+        t->slots = ns;
+        t->cap = ncap;
     }
-    size_t mask = w->memo_cap - 1;
-    size_t i = memo_hash(key, mask);
-    while (w->memo[i].key != NULL) {
+    size_t mask = t->cap - 1;
+    size_t i = addr_hash(key, mask);
+    while (t->slots[i].key != NULL) {
         i = (i + 1) & mask;
     }
-    w->memo[i].key = key;
-    w->memo[i].off = off;
-    w->memo_used++;
+    t->slots[i].key = key;
+    t->slots[i].off = off;
+    t->used++;
     return PYCDS_OK;
 }
 
 static void
-memo_clear(pycds_writer *w)
+table_clear(addr_table *t)
 {
-    if (w->memo) {
-        memset(w->memo, 0, w->memo_cap * sizeof(memo_slot));
+    if (t->slots) {
+        memset(t->slots, 0, t->cap * sizeof(memo_slot));
     }
-    w->memo_used = 0;
+    t->used = 0;
+}
+
+static int
+memo_get(pycds_writer *w, PyObject *key, uint64_t *off)
+{
+    return table_get(&w->memo, key, off);
+}
+
+/* A str interned in the dump process is the one object of its value, so
+ * the set of those earlier chunks hold is by address; it holds a
+ * reference, so no address is reused. */
+static int
+seen_has(pycds_writer *w, PyObject *s)
+{
+    uint64_t unused;
+    return table_get(&w->seen, s, &unused);
+}
+
+/* Add s, which the set lacks. */
+static int
+seen_add(pycds_writer *w, PyObject *s)
+{
+    int rc = table_put(&w->seen, s, 0);
+    if (rc == PYCDS_OK) {
+        Py_INCREF(s);
+    }
+    return rc;
 }
 
 /* ---- the copy --------------------------------------------------------- */
@@ -220,7 +295,7 @@ copy_object(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     if (rc) {
         return rc;
     }
-    return memo_put(w, op, *off);
+    return table_put(&w->memo, op, *off);
 }
 
 int
@@ -236,6 +311,20 @@ pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth)
         return add_reloc(w, slot_off, PYCDS_RELOC_EXTERNAL);
     }
     uint64_t off;
+    if (PyUnicode_CheckExact(child) && pycds_layout_str_interned(child)) {
+        /* Placed by flush_pending (see the top of this file); the slot is
+         * written then. */
+        int rc = grow((void **)&w->pending, &w->pcap, w->npending + 1,
+                      sizeof(pending_slot));
+        if (rc) {
+            return rc;
+        }
+        w->pending[w->npending].key = child;
+        w->pending[w->npending].slot = slot_off;
+        w->pending[w->npending].done = 0;
+        w->npending++;
+        return add_reloc(w, slot_off, PYCDS_RELOC_INTERN);
+    }
     int rc = copy_object(w, child, depth + 1, &off);
     if (rc) {
         return rc;
@@ -243,9 +332,6 @@ pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth)
     int kind = PYCDS_RELOC_INTERNAL;
     if (PyFrozenSet_CheckExact(child)) {
         kind = PYCDS_RELOC_FROZENSET;
-    }
-    else if (PyUnicode_CheckExact(child) && pycds_layout_str_interned(child)) {
-        kind = PYCDS_RELOC_INTERN;
     }
     else if (pycds_layout_heap_singleton(child)) {
         kind = PYCDS_RELOC_SINGLETON;
@@ -269,6 +355,173 @@ pycds_w_raw(pycds_writer *w, uint64_t slot_off, const void *data, size_t size)
     return add_reloc(w, slot_off, PYCDS_RELOC_INTERNAL);
 }
 
+int
+pycds_w_in_tail(pycds_writer *w, uint64_t off)
+{
+    return off >= w->tail_start;
+}
+
+/* A code object that runs once, when the module body runs: the module's
+ * own, and a class body (not CO_OPTIMIZED, unlike functions, lambdas,
+ * generators and comprehensions). */
+static int
+runs_once(PyObject *op)
+{
+    return PyCode_Check(op) && !(((PyCodeObject *)op)->co_flags & CO_OPTIMIZED);
+}
+
+/* Part 1 of a chunk: the function code objects of the module (in root's
+ * co_consts, or in those of its class bodies, recursively), with all they
+ * reach (nested code objects sit directly in co_consts, never inside a
+ * constant tuple: marshal.c and the compiler), and the module's docstring
+ * (its first constant, when a str), which lives on as __doc__. */
+static int
+copy_part1(pycds_writer *w, PyCodeObject *code, int depth)
+{
+    PyObject *consts = code->co_consts;
+    if (consts == NULL || !PyTuple_CheckExact(consts)) {
+        return PYCDS_OK;     /* pycds_layout_copy says what is wrong */
+    }
+    if (depth > PYCDS_MAX_DEPTH) {
+        return pycds_fail(PYCDS_E_TOODEEP, "code objects nested deeper than %d",
+                          PYCDS_MAX_DEPTH);
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); i++) {
+        PyObject *item = PyTuple_GET_ITEM(consts, i);
+        int rc = PYCDS_OK;
+        uint64_t off;
+        if (runs_once(item)) {
+            rc = copy_part1(w, (PyCodeObject *)item, depth + 1);
+        }
+        else if (PyCode_Check(item)
+                 || (depth == 0 && i == 0 && PyUnicode_CheckExact(item)
+                     && !pycds_layout_str_interned(item)
+                     && !pycds_image_contains(item, sizeof(PyObject)))) {
+            rc = copy_object(w, item, depth + 1, &off);
+        }
+        if (rc) {
+            return rc;
+        }
+    }
+    return PYCDS_OK;
+}
+
+/* Copy an interned string into the chunk and note that a chunk holds it. */
+static int
+copy_interned(pycds_writer *w, PyObject *s, uint64_t *off)
+{
+    int known = seen_has(w, s);
+    int rc = copy_object(w, s, 0, off);
+    if (rc == PYCDS_OK && !known) {
+        rc = seen_add(w, s);
+    }
+    return rc;
+}
+
+/* Write the pending slots, copying their strings: only those new to the
+ * archive (not held by an earlier chunk), or all that are left. */
+static int
+flush_pending(pycds_writer *w, int only_new)
+{
+    for (size_t i = 0; i < w->npending; i++) {
+        pending_slot *p = &w->pending[i];
+        uint64_t off;
+        if (p->done) {
+            continue;
+        }
+        if (!memo_get(w, p->key, &off)) {
+            if (only_new && seen_has(w, p->key)) {
+                continue;
+            }
+            int rc = copy_interned(w, p->key, &off);
+            if (rc) {
+                return rc;
+            }
+        }
+        store_slot(w, p->slot, off - w->chunk_start);
+        p->done = 1;
+    }
+    return PYCDS_OK;
+}
+
+/* Part 2: copy now what the code objects that run once (the module's, its
+ * class bodies) reach that may live on after they ran -- their constants
+ * (str, int, float, complex, and the items of constant tuples and
+ * frozensets: globals, class attributes and docstrings, default
+ * arguments, dict entries) and the interned strings new to the archive
+ * (most become the interpreter's interned strings) -- so that what follows,
+ * part 3, is mostly dead by then.  Containers and bytes are left to the copy
+ * of the code objects (part 3); depth is bounded, and so is the work (a
+ * constant tuple may hold the same tuple many times). */
+static int
+place_early(pycds_writer *w, PyObject *op, int depth, long *budget)
+{
+    uint64_t off;
+    if (op == NULL || --*budget < 0 || pycds_image_contains(op, sizeof(PyObject))
+        || memo_get(w, op, &off)) {
+        return PYCDS_OK;
+    }
+    if (PyUnicode_CheckExact(op)) {
+        if (!pycds_layout_str_interned(op)) {
+            return copy_object(w, op, depth, &off);
+        }
+        if (seen_has(w, op)) {
+            return PYCDS_OK;      /* its copy will be dead: part 3 */
+        }
+        return copy_interned(w, op, &off);
+    }
+    if (PyLong_CheckExact(op) || PyFloat_CheckExact(op) || PyComplex_CheckExact(op)) {
+        return copy_object(w, op, depth, &off);
+    }
+    if (depth >= 3) {
+        return PYCDS_OK;
+    }
+    if (PyTuple_CheckExact(op)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(op); i++) {
+            int rc = place_early(w, PyTuple_GET_ITEM(op, i), depth + 1, budget);
+            if (rc) {
+                return rc;
+            }
+        }
+    }
+    else if (PyFrozenSet_CheckExact(op)) {
+        PyObject *items = PySequence_Tuple(op);
+        if (items == NULL) {
+            return pycds_fail_python("frozenset items");
+        }
+        int rc = place_early(w, items, depth, budget);
+        Py_DECREF(items);
+        return rc;
+    }
+    return PYCDS_OK;
+}
+
+static int
+place_part2(pycds_writer *w, PyObject *code, int depth, long *budget)
+{
+    const pycds_code_field *fields;
+    size_t n = pycds_layout_code_fields(&fields);
+    for (size_t i = 0; i < n; i++) {
+        PyObject *child = *(PyObject **)((char *)code + fields[i].offset);
+        int rc = place_early(w, child, 1, budget);
+        if (rc) {
+            return rc;
+        }
+    }
+    /* Class bodies: checked for depth by copy_part1. */
+    PyObject *consts = ((PyCodeObject *)code)->co_consts;
+    for (Py_ssize_t i = 0; depth < PYCDS_MAX_DEPTH && i < PyTuple_GET_SIZE(consts); i++) {
+        PyObject *item = PyTuple_GET_ITEM(consts, i);
+        if (runs_once(item)) {
+            int rc = place_part2(w, item, depth + 1, budget);
+            if (rc) {
+                return rc;
+            }
+        }
+    }
+    return PYCDS_OK;
+}
+
 /* ---- exported --------------------------------------------------------- */
 
 int
@@ -283,6 +536,7 @@ pycds_writer_new(uint64_t seed, pycds_writer **out)
         return pycds_fail(PYCDS_E_NOMEM, "cannot allocate a writer");
     }
     w->seed = seed;
+    w->tail_start = UINT64_MAX;
     PyGILState_STATE g = PyGILState_Ensure();
     int rc = pycds_image_init();
     if (rc == PYCDS_OK) {
@@ -317,14 +571,43 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info)
                         Py_TYPE(co)->tp_name);
         goto done;
     }
-    w->len = (w->len + 7u) & ~(size_t)7u;
-    w->chunk_start = w->len;
-    memo_clear(w);
-    uint64_t root;
-    rc = copy_object(w, co, 0, &root);
+    /* After a tail of a page or more, start on a page: the tail's last page
+     * is then its module's own (release.c); after a smaller one, whose
+     * pages are shared with the rest of its chunk anyway, padding would be
+     * memory for nothing.  The gap is zeros. */
+    size_t align = w->len - w->last_tail >= PYCDS_CHUNK_ALIGN ? PYCDS_CHUNK_ALIGN : 8;
+    size_t start = (w->len + align - 1) & ~(align - 1);
+    rc = grow((void **)&w->heap, &w->cap, start, 1);
     if (rc) {
         goto done;
     }
+    memset(w->heap + w->len, 0, start - w->len);
+    w->len = start;
+    w->chunk_start = w->len;
+    w->tail_start = UINT64_MAX;
+    w->npending = 0;
+    table_clear(&w->memo);
+    uint64_t root;
+    long budget = 1L << 16;
+    rc = copy_part1(w, (PyCodeObject *)co, 0);
+    if (rc == PYCDS_OK) {
+        rc = flush_pending(w, 1);
+    }
+    if (rc == PYCDS_OK) {
+        rc = place_part2(w, co, 0, &budget);
+    }
+    if (rc) {
+        goto done;
+    }
+    w->tail_start = (w->len + 7u) & ~(size_t)7u;
+    rc = copy_object(w, co, 0, &root);
+    if (rc == PYCDS_OK) {
+        rc = flush_pending(w, 0);
+    }
+    if (rc) {
+        goto done;
+    }
+    w->last_tail = w->tail_start;
     info->chunk_off = w->chunk_start;
     info->chunk_len = w->len - w->chunk_start;
     info->root_off = root - w->chunk_start;
@@ -341,7 +624,9 @@ done:
         w->nrelocs = saved_nrelocs;
         w->nobjects = saved_nobjects;
     }
-    memo_clear(w);
+    table_clear(&w->memo);
+    w->npending = 0;
+    w->tail_start = UINT64_MAX;
     if (PyList_SetSlice(w->keepalive, 0, PyList_GET_SIZE(w->keepalive), NULL) < 0) {
         PyErr_Clear();
     }
@@ -377,13 +662,18 @@ pycds_writer_free(pycds_writer *w)
     if (w == NULL) {
         return;
     }
-    if (w->keepalive != NULL) {
+    if (w->keepalive != NULL || w->seen.slots != NULL) {
         PyGILState_STATE g = PyGILState_Ensure();
         Py_CLEAR(w->keepalive);
+        for (size_t i = 0; i < w->seen.cap; i++) {
+            Py_XDECREF(w->seen.slots[i].key);
+        }
         PyGILState_Release(g);
     }
     free(w->heap);
     free(w->relocs);
-    free(w->memo);
+    free(w->memo.slots);
+    free(w->pending);
+    free(w->seen.slots);
     free(w);
 }

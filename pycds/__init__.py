@@ -20,13 +20,13 @@ __all__ = ["stats", "_dump", "__version__"]
 def stats():
     """Counters of this process's share mode (see pycds.finder.stats):
     modules served, fallbacks by reason, bytes loaded, load time in ms,
-    modules read ahead."""
+    modules read ahead, bytes given back after module bodies ran."""
     import sys
     finder = sys.modules.get("pycds.finder")
     if finder is None:
         return {"served": 0, "fallbacks": {}, "archive": None,
                 "modules_in_archive": 0, "bytes_loaded": 0, "load_ms": 0.0,
-                "open_ms": 0.0, "prefetched": 0}
+                "open_ms": 0.0, "prefetched": 0, "released_bytes": 0}
     return finder.stats()
 
 

@@ -14,6 +14,11 @@
                    (against crafted, re-signed archives); default ``0``.
 ``PYCDSPREFETCH``  ``1`` (default): read and relocate the chunks that follow
                    the one being imported on a second CPU; ``0``: off.
+``PYCDSRELEASE``   ``1`` (default): once a module body has run, give back
+                   the memory of what only it used (its code object, dead
+                   interned-string copies); ``0``: keep it; ``protect``
+                   (debugging): make those pages inaccessible instead, so
+                   that any use of them faults at once.
 =================  =========================================================
 
 Under ``-E`` or ``-I`` (``sys.flags.ignore_environment``) pycds stays off, so
@@ -40,17 +45,22 @@ _MODES = {
     "MANUALLY": MODE_MANUALLY,
 }
 CHECKS = ("mtime", "hash", "unchecked")
+# PYCDSRELEASE values (the native PYCDS_RELEASE_* modes)
+RELEASE_OFF, RELEASE_ON, RELEASE_PROTECT = 0, 1, 2
+_RELEASES = {"0": RELEASE_OFF, "1": RELEASE_ON, "protect": RELEASE_PROTECT}
 
 
 class Config:
     """Parsed settings.  ``problems`` lists messages for bad values."""
 
     __slots__ = ("mode", "archive", "listfile", "verbose", "check", "verify",
-                 "prefetch", "problems")
+                 "prefetch", "release", "problems")
 
     def __init__(self, mode=MODE_OFF, archive="", listfile="", verbose=0,
-                 check="mtime", problems=(), verify=False, prefetch=True):
+                 check="mtime", problems=(), verify=False, prefetch=True,
+                 release=RELEASE_ON):
         self.mode = mode
+        self.release = release
         self.verify = verify
         self.prefetch = prefetch
         self.archive = archive
@@ -97,6 +107,11 @@ def from_environ(environ=None, flags=None):
     prefetch = rawpf != "0"
     if rawpf not in ("0", "1"):
         problems.append(f"PYCDSPREFETCH={rawpf!r} is not 0 or 1; using 1")
+    rawrel = environ.get("PYCDSRELEASE", "1").strip().lower() or "1"
+    release = _RELEASES.get(rawrel)
+    if release is None:
+        problems.append(f"PYCDSRELEASE={rawrel!r} is not 0, 1 or protect; using 1")
+        release = RELEASE_ON
     archive = environ.get("PYCDSARCHIVE", "")
     if not archive and mode in (MODE_DUMP, MODE_SHARE):
         archive = default_archive_path(environ)
@@ -107,7 +122,7 @@ def from_environ(environ=None, flags=None):
         archive = _absolute(archive)
         listfile = _absolute(listfile)
     return Config(mode, archive, listfile, verbose, check, problems, verify,
-                  prefetch)
+                  prefetch, release)
 
 
 def _absolute(path):

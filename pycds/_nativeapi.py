@@ -93,7 +93,7 @@ class Writer:
 class NativeArchive:
     """A reserved archive heap from which modules are loaded once each."""
 
-    def __init__(self, fd, header, layout, verify=False, prefetch=0):
+    def __init__(self, fd, header, layout, verify=False, prefetch=0, release=1):
         out = ffi.new("pycds_archive **")
         _check(lib.pycds_archive_open(
             fd, header.heap_off, header.heap_len, header.reloc_off,
@@ -103,6 +103,9 @@ class NativeArchive:
         _check(lib.pycds_archive_set_verify(self._a, bool(verify)), "verify")
         if prefetch:
             _check(lib.pycds_archive_set_prefetch(self._a, prefetch), "prefetch")
+        if release != 1:
+            _check(lib.pycds_archive_set_release(self._a, release), "release mode")
+        self._released = ffi.new("uint64_t *")
 
     def load(self, entry):
         """Return the code object of ``entry`` (a pycds._format.ModuleEntry).
@@ -116,6 +119,16 @@ class NativeArchive:
         out = []
         _check(lib.pycds_archive_load(self._a, number, id(out)), f"load {entry.name}")
         return out[0]
+
+    def release(self, entry):
+        """After ``entry``'s module body ran: give back the memory of its
+        chunk's tail that nothing holds (native/release.c).  Returns the
+        bytes given back; the module is then never handed out again (a
+        later :meth:`load` raises NativeError, PYCDS_E_STATE)."""
+        rc = lib.pycds_archive_release(self._a, entry.number, self._released)
+        if rc:
+            _check(rc, f"release {entry.name}")
+        return self._released[0]
 
     def set_prefetch(self, window):
         """Read ahead ``window`` bytes of heap after each load (0: off)."""

@@ -503,9 +503,16 @@ class Bench:
         return self.results
 
 
+# Seconds between the last process being ready and reading the memory:
+# the steady state, not the instant after the imports (pycds gives memory
+# back once a process has stopped importing for 200 ms: native/prefetch.c).
+SETTLE_S = 0.5
+
+
 def _hold_n(v, code, n):
     """Start ``n`` processes that import and wait; return their (rss, pss)
-    in KiB from smaps_rollup, read while all are alive."""
+    in KiB from smaps_rollup, read while all are alive, SETTLE_S seconds
+    after the last is ready."""
     procs = [subprocess.Popen([v.python, "-c", code], env=v.env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(n)]
@@ -514,6 +521,7 @@ def _hold_n(v, code, n):
             if p.stdout.read(1) != b"r":
                 raise RuntimeError(f"memory {v.name}: child failed: "
                                    f"{p.stderr.read().decode()[-2000:]}")
+        time.sleep(SETTLE_S)
         out = []
         for p in procs:
             rss = pss = 0

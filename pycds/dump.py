@@ -232,6 +232,12 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
                     old.chunk_len % 8 or \
                     N.hash64(rel, N.hash64(chunk, h.archive_id)) != old.chunk_sum:
                 continue
+            # On a page, as the writer starts a chunk after a big tail
+            # (native/writer.c): the tail before it then owns its last page.
+            pad = -heap_len % 4096
+            if pad:
+                out[1].append(bytes(pad))
+                heap_len += pad
             old.number = len(entries) + len(out[0])
             old.chunk_off = heap_len
             old.reloc_first = nrelocs

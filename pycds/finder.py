@@ -38,6 +38,7 @@ _stats = {
     "bytes_loaded": 0,
     "load_ms": 0.0,
     "open_ms": 0.0,
+    "released_bytes": 0,
 }
 
 # Bytes of heap read ahead after each load (native/prefetch.c): about 45
@@ -52,9 +53,13 @@ def stats():
     archive), ``fallbacks`` (reason -> count of archived modules imported
     plainly), ``bytes_loaded`` (heap bytes of loaded modules), ``load_ms``
     (time in native loads, ms), ``open_ms`` (time to open the archive, ms),
+    ``released_bytes`` (heap given back after module bodies ran: their code
+    objects and what only those used),
     ``archive`` (path), ``modules_in_archive`` and ``prefetched`` (modules
     whose chunk the read-ahead thread had read and relocated before their
     import)."""
+    if _installed is not None:
+        _installed.archive.release_finished()   # bring released_bytes up to date
     out = dict(_stats)
     out["fallbacks"] = dict(_stats["fallbacks"])
     native = _installed.archive._native if _installed is not None else None
@@ -71,11 +76,16 @@ def _fallback(name, reason):
 class _Archive:
     """An opened archive: the index now, the native mapping on first use."""
 
-    def __init__(self, index, check, verify=False, prefetch=True):
+    def __init__(self, index, check, verify=False, prefetch=True, release=1):
         self.index = index
         self.check = check
         self.verify = verify
         self.prefetch = prefetch
+        # 3.10 chunks are kept whole (native/release.c).
+        self.release_mode = release if sys.version_info >= (3, 11) else 0
+        # (entry, spec) of modules handed out, innermost import last: their
+        # memory is given back once their body has run (release_finished).
+        self.ran = []
         self.path = index.path
         self.disabled = False
         self._native = None
@@ -90,7 +100,8 @@ class _Archive:
                 self._native = N.NativeArchive(
                     self.index.fd, self.index.header,
                     self.index.meta.get("layout", ""), self.verify,
-                    PREFETCH_WINDOW if self.prefetch else 0)
+                    PREFETCH_WINDOW if self.prefetch else 0,
+                    self.release_mode)
             return self._native
 
     def disable(self, reason, quiet=False):
@@ -139,6 +150,34 @@ class _Archive:
         _stats["load_ms"] += (time.perf_counter() - t0) * 1e3
         _stats["bytes_loaded"] += entry.chunk_len
         return code
+
+    def release_finished(self):
+        """Give back what only the bodies of modules that have run used
+        (native/release.c), as plain import frees their code objects.
+
+        Called on the next import, not from the loader's exec_module: a
+        frame of pycds around every module body would show in tracebacks
+        and move warnings' stacklevel.  A body has run when importlib has
+        cleared its spec's ``_initializing`` (``_load_unlocked`` in
+        importlib/_bootstrap.py, 3.10-3.13; also when the body failed).
+        Imports nest, so the modules still running sit below the ones that
+        are done: stop at the first still running.  What a module still
+        holds (a traceback holding its frame, say) is kept by the native
+        liveness check, never by this timing.  Never raises."""
+        ran = self.ran
+        native = self._native
+        while ran and native is not None:
+            try:
+                entry, spec = ran.pop()
+            except IndexError:       # another thread emptied it
+                break
+            if getattr(spec, "_initializing", False):
+                ran.append((entry, spec))
+                break
+            try:
+                _stats["released_bytes"] += native.release(entry)
+            except Exception as e:
+                _log.verbose(f"release {entry.name}: {e}", 2)
 
 
 def _stale(entry, check):
@@ -206,8 +245,14 @@ class ArchiveLoader(SourceFileLoader):
     def get_code(self, fullname):
         entry = self._pycds_entry
         if entry is not None and fullname == self.name:
-            code = self._pycds_archive.load_code(entry)
+            archive = self._pycds_archive
+            code = archive.load_code(entry)
             if code is not None:
+                if archive.release_mode:
+                    # importlib runs exec_module with the module in
+                    # sys.modules; its spec says when the body is done.
+                    module = sys.modules.get(fullname)
+                    archive.ran.append((entry, getattr(module, "__spec__", None)))
                 _stats["served"] += 1
                 _log.verbose(f"served {fullname}", 1)
                 return code
@@ -226,6 +271,9 @@ class CDSFinder:
 
     def find_spec(self, fullname, path=None, target=None):
         archive = self.archive
+        ran = archive.ran
+        if ran and not getattr(ran[-1][1], "_initializing", False):
+            archive.release_finished()
         if archive.disabled:
             return None
         try:
@@ -276,7 +324,7 @@ def install(config):
         _log.warning(f"archive {config.archive} ignored: {e}")
         return None
     finder = CDSFinder(_Archive(index, config.check, config.verify,
-                                config.prefetch))
+                                config.prefetch, config.release))
     meta_path = sys.meta_path
     try:
         at = meta_path.index(PathFinder)

@@ -85,13 +85,16 @@ def served_probe(python, archive, cwd, test):
         [ln for ln in lines if ln.startswith("[pycds] warning")]
 
 
-def compare(python, tests, workdir, jobs=2, timeout=3600, log=print):
-    """Run the three steps; returns a dict of results."""
+def compare(python, tests, workdir, jobs=2, timeout=3600, log=print, release="1"):
+    """Run the three steps; returns a dict of results.  ``release``: the
+    SHARE run's PYCDSRELEASE (``protect`` makes any use of memory given back
+    after a module body ran fault at once)."""
     arch = os.path.join(workdir, "regrtest.img")
     res = {}
     for step, env, j in (("plain", {}, jobs),
                          ("dump", {"PYCDSMODE": "DUMP", "PYCDSARCHIVE": arch}, jobs),
-                         ("share", {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": arch}, jobs)):
+                         ("share", {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": arch,
+                                    "PYCDSRELEASE": release}, jobs)):
         xml = os.path.join(workdir, f"{step}.xml")
         rc, dt, tail = regrtest(python, tests, xml, j, workdir, timeout, **env)
         res[step] = {"rc": rc, "seconds": dt, "tail": tail,
@@ -124,11 +127,13 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--release", default="1", choices=["0", "1", "protect"],
+                    help="PYCDSRELEASE of the SHARE run (default 1)")
     args = ap.parse_args(argv)
     tests = FAST if args.fast else args.tests
     workdir = args.workdir or tempfile.mkdtemp(prefix="pycds-regrtest-")
     os.makedirs(workdir, exist_ok=True)
-    res = compare(args.python, tests, workdir, args.jobs)
+    res = compare(args.python, tests, workdir, args.jobs, release=args.release)
     print(f"{'module':20s} {'cases':>6s} {'pass':>6s} {'fail':>5s} {'error':>5s} "
           f"{'skip':>5s} {'differ':>6s}")
     for mod, d in sorted(res["per_module"].items()):

@@ -34,10 +34,15 @@ def pycds_installed_pth():
 
 
 def clean_env(**extra):
-    """The environment for a child interpreter: no PYCDS*/PYTHON* leaking in."""
+    """The environment for a child interpreter: no PYCDS*/PYTHON* leaking in.
+    Memory given back after a module body ran is made inaccessible instead
+    (PYCDSRELEASE=protect), so that every SHARE run of the suite also checks
+    that nothing uses it: a use faults.  Tests of the default pass
+    PYCDSRELEASE=1."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYCDS", "PYTHON")) and k != "SOURCE_DATE_EPOCH"}
     env["PYTHONIOENCODING"] = "utf-8"
+    env["PYCDSRELEASE"] = "protect"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

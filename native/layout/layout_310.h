@@ -46,7 +46,12 @@
 /* This layout has heap-allocated singletons (see above). */
 #define PYCDS_LAYOUT_HEAP_SINGLETONS 1
 
+/* Chunks hold raw data (co_cell2arg) between objects: release.c cannot walk
+ * a tail, so no memory is given back on 3.10. */
+#define PYCDS_LAYOUT_RAW_DATA 1
+
 #define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
+#define PYCDS_TAIL_REFCNT PYCDS_REFCNT     /* the same for tail objects */
 
 /* Fields of PyCodeObject copied with the code object; order matches
  * Include/cpython/code.h (3.10).  Scalars are copied as they are, object

@@ -23,6 +23,7 @@
     "gc=" PYCDS_STR(SIZEOF_VOID_P)
 
 #define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
+#define PYCDS_TAIL_REFCNT PYCDS_REFCNT     /* the same for tail objects */
 
 /* Pointer fields of PyCodeObject copied with the code object; order matches
  * Include/cpython/code.h.  Fields not listed are scalars copied as they are,

@@ -87,11 +87,68 @@
     X(co_localsplusnames) X(co_localspluskinds) X(co_filename)     \
     X(co_name) X(co_qualname) X(co_linetable)
 
+/* Objects of a module's tail (writer.c) are mortal, so that the loader can
+ * tell whether anything holds them once the module body has run
+ * (loader.c, pycds_archive_release); the rest are immortal.  The tail count
+ * is one no program brings to zero nor into the immortal range: Py_INCREF
+ * (Include/object.h, 64-bit) adds to the low 32 bits only, which start at
+ * 2^30, far below the 2^31 where _Py_IsImmortal() would say immortal;
+ * Py_DECREF subtracts from the whole word. */
+#define PYCDS_TAIL_REFCNT (((Py_ssize_t)1 << 60) + ((Py_ssize_t)1 << 30))
+
 static void
 set_refcnt(pycds_writer *w, uint64_t off)
 {
     PyObject *copy = (PyObject *)pycds_w_at(w, off);
-    copy->ob_refcnt = _Py_IMMORTAL_REFCNT;
+    copy->ob_refcnt = pycds_w_in_tail(w, off) ? PYCDS_TAIL_REFCNT
+                                              : _Py_IMMORTAL_REFCNT;
+}
+
+/* A code object may go only if nothing refers to it without a reference
+ * count: a weak reference, co_extra data (PEP 523), sys.monitoring data,
+ * tier-2 executors (3.13), or a code watcher, which would expect a
+ * PY_CODE_EVENT_DESTROY first.  Its _co_cached, owned by it, is leaked. */
+#define PYCDS_LAYOUT_HAS_RELEASE_HOOKS 1
+
+int
+pycds_layout_may_release(PyObject *root)
+{
+    PyCodeObject *co = (PyCodeObject *)root;
+    if (co->co_weakreflist != NULL || co->co_extra != NULL
+        || co->_co_monitoring != NULL
+        || PyInterpreterState_Get()->active_code_watchers != 0) {
+        return 0;
+    }
+#if PYCDS_313
+    if (co->co_executors != NULL) {
+        return 0;
+    }
+#endif
+    return 1;
+}
+
+/* What code_dealloc (Objects/codeobject.c) undoes that a code object about
+ * to be given back may still be registered in: 3.13's function version
+ * cache holds a borrowed pointer to the code object of every function
+ * given a version (_PyFunction_SetVersion, Objects/funcobject.c), cleared
+ * by _PyFunction_ClearCodeByVersion (not exported) when the code object is
+ * deallocated, and read by it, and by _PyFunction_LookupByVersion, for any
+ * code object of the same version modulo FUNC_VERSION_CACHE_SIZE. */
+void
+pycds_layout_forget_code(PyObject *op)
+{
+#if PYCDS_313
+    PyCodeObject *co = (PyCodeObject *)op;
+    struct _func_version_cache_item *slot =
+        PyInterpreterState_Get()->func_state.func_version_cache
+        + (co->co_version % FUNC_VERSION_CACHE_SIZE);
+    if (slot->code == op) {
+        slot->code = NULL;
+        slot->func = NULL;
+    }
+#else
+    (void)op;
+#endif
 }
 
 static int

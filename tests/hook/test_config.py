@@ -60,6 +60,18 @@ class TestFromEnviron:
         bad = C.from_environ({**base, "PYCDSPREFETCH": "yes"}, flags())
         assert bad.prefetch is True and len(bad.problems) == 1
 
+    @pytest.mark.parametrize("raw,mode,problem", [
+        (None, C.RELEASE_ON, False), ("1", C.RELEASE_ON, False),
+        ("0", C.RELEASE_OFF, False), ("protect", C.RELEASE_PROTECT, False),
+        (" Protect ", C.RELEASE_PROTECT, False), ("yes", C.RELEASE_ON, True)])
+    def test_release(self, raw, mode, problem):
+        env = {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": "/a"}
+        if raw is not None:
+            env["PYCDSRELEASE"] = raw
+        cfg = C.from_environ(env, flags())
+        assert cfg.release == mode
+        assert len(cfg.problems) == int(problem)
+
 
 class TestRelativePaths:
     """Relative paths mean the directory the program starts in, even when it

@@ -1,0 +1,319 @@
+/* release.c -- gives back the memory of a module's tail once its body ran.
+ *
+ * Plain import frees, after a module body has run, the module's code object,
+ * its class bodies and what only they used (bytecode, line tables, names,
+ * the constants nobody kept), and at once every string unmarshal made and
+ * then found already interned.  In an archive those bytes sit in the
+ * module's chunk.  The writer puts them last, in the chunk's tail (writer.c:
+ * from root_off to the end) and gives tail objects a known mortal reference
+ * count (pycds_layout_tail_refcnt).  After the module body has run (the
+ * finder calls pycds_archive_release on the next import), with the GIL held
+ * so that no reference count moves:
+ *
+ *   1. the tail is walked object by object (the writer lays them back to
+ *      back, 8-aligned, tuples after their zeroed GC header; the module code
+ *      object first);
+ *   2. alive is: an object with a higher count than the base (held by a
+ *      global, a default argument, a class, a frame, a traceback...); a
+ *      string that became the interpreter's interned one (the interned dict
+ *      holds it uncounted); a code object with a weak reference or tool data
+ *      on it (pycds_layout_may_release); and everything an alive tuple or
+ *      code object of the tail refers to.  The rest is dead: nothing outside
+ *      the tail refers to it (parts 1 and 2 of the chunk reach the tail only
+ *      through INTERN slots, which re-interning rewrote), and a copy that
+ *      re-interning replaced has lost the count it had;
+ *   3. what the interpreter holds of a dead code object without a count is
+ *      dropped as code_dealloc would (pycds_layout_forget_code: 3.13's
+ *      function version cache);
+ *   4. every whole page of the tail that holds no byte of an alive object
+ *      goes back to the kernel: madvise(MADV_DONTNEED) on the private
+ *      anonymous reservation (a later read would see zeros; nothing reads).
+ * Anything unexpected in the walk (an object that is not one a chunk holds,
+ * a pointer into the middle of one) keeps the whole tail.  The tail's first
+ * page, shared with the module's other objects, stays; its last is the
+ * module's own when the next chunk starts on a page (as the writer lays
+ * chunks out after a tail of a page or more).  A released module is never
+ * handed out again (pycds_archive_load says so; the loader then compiles it
+ * from its .pyc, as for importlib.reload()).
+ */
+#include "archive.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct {
+    uint32_t start;   /* chunk offset of the object's memory (its GC header) */
+    uint32_t obj;     /* chunk offset of the PyObject */
+    uint32_t end;     /* chunk offset after it (8-aligned) */
+    uint32_t alive;
+} tail_obj;
+
+/* Split [from, len) of chunk into objects; 0 on success, -1 if it is not a
+ * tail as the writer lays it out (the caller keeps the memory then). */
+static int
+walk_tail(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj **out,
+          size_t *count)
+{
+    size_t cap = 64, n = 0;
+    tail_obj *v = malloc(cap * sizeof(*v));
+    if (v == NULL) {
+        return -1;
+    }
+    uint64_t p = from;
+    while (p < len) {
+        uint64_t start = p;
+        uint64_t word;
+        memcpy(&word, chunk + p, sizeof(word));
+        int gc = word == 0;    /* an object starts with a nonzero count */
+        if (gc) {
+            p += 2 * sizeof(uintptr_t);   /* PyGC_Head */
+            if (p >= len) {
+                goto bad;
+            }
+        }
+        PyObject *op = (PyObject *)(chunk + p);
+        size_t size = pycds_object_size(op, len - p);
+        if (size == 0 || gc != PyTuple_CheckExact(op)
+            || (n == 0 && !PyCode_Check(op))) {
+            goto bad;     /* not a tail as the writer lays it out */
+        }
+        uint64_t end = p + ((size + 7u) & ~(uint64_t)7u);
+        if (end > len || end > UINT32_MAX) {
+            goto bad;
+        }
+        if (n == cap) {
+            tail_obj *nv = realloc(v, 2 * cap * sizeof(*v));
+            if (nv == NULL) {
+                goto bad;
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[n].start = (uint32_t)start;
+        v[n].obj = (uint32_t)p;
+        v[n].end = (uint32_t)end;
+        v[n].alive = 0;
+        n++;
+        p = end;
+    }
+    *out = v;
+    *count = n;
+    return 0;
+bad:
+    free(v);
+    return -1;
+}
+
+/* The tail object whose PyObject is at chunk offset off, or NULL. */
+static tail_obj *
+find_obj(tail_obj *v, size_t n, uint64_t off)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].obj < off) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo < n && v[lo].obj == off ? &v[lo] : NULL;
+}
+
+/* Mark tail object o alive and queue it if it refers to others. */
+static void
+mark(tail_obj *o, tail_obj *v, uint8_t *chunk, size_t *stack, size_t *depth)
+{
+    if (!o->alive) {
+        o->alive = 1;
+        PyObject *op = (PyObject *)(chunk + o->obj);
+        if (PyTuple_CheckExact(op) || PyCode_Check(op)) {
+            stack[(*depth)++] = (size_t)(o - v);    /* each queued once */
+        }
+    }
+}
+
+/* The tail object child refers to, if child is in the tail: 0 and *o set
+ * (NULL outside the tail), or -1 if it points inside the tail but not at
+ * an object (not this writer's layout). */
+static int
+target(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj *v, size_t n,
+       PyObject *child, tail_obj **o)
+{
+    uint8_t *p = (uint8_t *)child;
+    *o = NULL;
+    if (p < chunk + from || p >= chunk + len) {
+        return 0;
+    }
+    *o = find_obj(v, n, (uint64_t)(p - chunk));
+    return *o != NULL ? 0 : -1;
+}
+
+/* Mark what step 2 says is alive; 0, or -1 to keep the whole tail. */
+static int
+mark_alive(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj *v, size_t n)
+{
+    Py_ssize_t base = pycds_layout_tail_refcnt();
+    const pycds_code_field *fields;
+    size_t nfields = pycds_layout_code_fields(&fields);
+    size_t *stack = malloc((n ? n : 1) * sizeof(size_t));
+    size_t depth = 0;
+    if (stack == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *op = (PyObject *)(chunk + v[i].obj);
+        Py_ssize_t rc = Py_REFCNT(op);
+        int alive;
+        if (PyUnicode_CheckExact(op)) {
+            /* Re-interning drops the count of a copy it replaced. */
+            alive = rc > base || PyUnicode_CHECK_INTERNED(op);
+        }
+        else if (PyCode_Check(op)) {
+            alive = rc != base || !pycds_layout_may_release(op);
+        }
+        else {
+            alive = rc != base;
+        }
+        if (alive) {
+            mark(&v[i], v, chunk, stack, &depth);
+        }
+    }
+    int ret = 0;
+    while (depth > 0 && ret == 0) {
+        PyObject *op = (PyObject *)(chunk + v[stack[--depth]].obj);
+        tail_obj *o;
+        if (PyTuple_CheckExact(op)) {
+            for (Py_ssize_t k = 0; ret == 0 && k < PyTuple_GET_SIZE(op); k++) {
+                ret = target(chunk, from, len, v, n, PyTuple_GET_ITEM(op, k), &o);
+                if (o != NULL) {
+                    mark(o, v, chunk, stack, &depth);
+                }
+            }
+        }
+        else {
+            for (size_t k = 0; ret == 0 && k < nfields; k++) {
+                PyObject *child = *(PyObject **)((char *)op + fields[k].offset);
+                ret = target(chunk, from, len, v, n, child, &o);
+                if (o != NULL) {
+                    mark(o, v, chunk, stack, &depth);
+                }
+            }
+        }
+    }
+    free(stack);
+    return ret;
+}
+
+int
+pycds_release_pages(pycds_archive *a, uintptr_t lo, size_t len)
+{
+    return a->release_mode == PYCDS_RELEASE_PROTECT
+        ? mprotect((void *)lo, len, PROT_NONE)
+        : madvise((void *)lo, len, MADV_DONTNEED);
+}
+
+/* Give back the whole pages in [lo, hi): on the read-ahead thread, once
+ * the imports pause, when there is one (prefetch.c: each call costs ~10 us
+ * and a TLB flush on every CPU the program runs on), else now.  A failure
+ * leaves the pages where they are. */
+static uint64_t
+give_back(pycds_archive *a, uint8_t *lo, uint8_t *hi, uintptr_t page)
+{
+    uintptr_t p0 = ((uintptr_t)lo + page - 1) & ~(page - 1);
+    uintptr_t p1 = (uintptr_t)hi & ~(page - 1);
+    if (p1 <= p0) {
+        return 0;
+    }
+    /* PROTECT (tests) at once, so that any later use faults. */
+    int queued = a->release_mode != PYCDS_RELEASE_PROTECT
+        && pycds_prefetch_give_back(a, p0, p1 - p0);
+    if (!queued && pycds_release_pages(a, p0, p1 - p0) != 0) {
+        return 0;
+    }
+    return (uint64_t)(p1 - p0);
+}
+
+int
+pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
+{
+    if (a == NULL || released == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "bad archive_release arguments");
+    }
+    *released = 0;
+    if (module_no >= a->nmodules) {
+        return pycds_fail(PYCDS_E_CORRUPT, "module number %u out of range",
+                          module_no);
+    }
+    if (a->release_mode == PYCDS_RELEASE_OFF || !pycds_layout_tail_walkable()) {
+        return PYCDS_OK;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) {
+        return PYCDS_OK;
+    }
+    const pycds_chunk_rec *c = &a->chunks[module_no];
+    uint8_t *chunk = a->base + c->chunk_off;
+    /* The tail may run up to where the next chunk starts: after a tail of
+     * a page or more the next chunk starts on a page (writer.c), and the
+     * gap before it is no one's. */
+    uint64_t limit = module_no + 1 < a->nmodules
+        ? a->chunks[module_no + 1].chunk_off : a->heap_len;
+    uintptr_t first = ((uintptr_t)(chunk + c->root_off) + (uintptr_t)page - 1)
+                      & ~((uintptr_t)page - 1);
+    tail_obj *v = NULL;
+    size_t n = 0;
+    PyGILState_STATE g = PyGILState_Ensure();
+    /* LOADED modules change only under the GIL: the state cannot move
+     * between this check and the end. */
+    pthread_mutex_lock(&a->mu);
+    int loaded = a->state[module_no] == MOD_LOADED;
+    pthread_mutex_unlock(&a->mu);
+    if (!loaded || a->roots[module_no] != (PyObject *)(chunk + c->root_off)
+        || first + (uintptr_t)page > (uintptr_t)(a->base + limit)
+        || walk_tail(chunk, c->root_off, c->chunk_len, &v, &n) != 0) {
+        /* Also when no whole page could be given back: a small tail. */
+        goto done;
+    }
+    if (mark_alive(chunk, c->root_off, c->chunk_len, v, n) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            PyObject *op = (PyObject *)(chunk + v[i].obj);
+            if (!v[i].alive && PyCode_Check(op)) {
+                pycds_layout_forget_code(op);
+            }
+        }
+        uint8_t *from = chunk + c->root_off;
+        for (size_t i = 0; i < n; i++) {
+            if (v[i].alive) {
+                *released += give_back(a, from, chunk + v[i].start, (uintptr_t)page);
+                from = chunk + v[i].end;
+            }
+        }
+        *released += give_back(a, from, a->base + limit, (uintptr_t)page);
+        /* Not handed out again, even if it or its page stayed (its module
+         * is then compiled from the .pyc, as importlib.reload() would). */
+        a->roots[module_no] = NULL;
+        pthread_mutex_lock(&a->mu);
+        a->state[module_no] = MOD_RELEASED;
+        a->released += *released;
+        pthread_mutex_unlock(&a->mu);
+    }
+    free(v);
+done:
+    PyGILState_Release(g);
+    return PYCDS_OK;
+}
+
+int
+pycds_archive_set_release(pycds_archive *a, int mode)
+{
+    if (a == NULL || mode < PYCDS_RELEASE_OFF || mode > PYCDS_RELEASE_PROTECT) {
+        return pycds_fail(PYCDS_E_ARG, "bad archive_set_release arguments");
+    }
+    a->release_mode = mode;
+    return PYCDS_OK;
+}

@@ -1,0 +1,236 @@
+"""Memory given back once a module body ran (native/release.c).
+
+Every SHARE child of the suite runs with PYCDSRELEASE=protect (conftest):
+the pages given back are made inaccessible, so a use of anything released
+faults.  These tests build modules whose constants live on in every way a
+module keeps them (globals, default arguments, class attributes and
+docstrings, the module's own code object held by the program, a traceback
+of a failed body) and check that the accelerated run prints exactly what the
+plain one prints, in both modes, and that memory was given back."""
+
+import os
+import sys
+import textwrap
+
+import pytest
+
+from conftest import dump_and_share, run_python
+
+RELEASES = sys.version_info >= (3, 11)    # 3.10 chunks hold raw data: kept
+
+# Dead after the body ran: the string constants only len() sees, the
+# bytecode and line table of 3000 statements (well over a page).
+FILLER = "".join(f"_d = len('padding constant number {i} of the module body')\n"
+                 for i in range(3000)) + "del _d\n"
+
+RELMOD = '''"""Docstring of relmod."""
+import sys
+GREETING = "hello " + "world, folded"
+TABLE = (1, "two words", (3.5, "x y z"), 10 ** 20, -7.25)
+BIG = 123456789012345678901234567890
+FROZEN = frozenset({"a b", "c d"})
+def f(a="default arg value", b=(1, 2, "three four")):
+    """f's docstring."""
+    return a, b
+class K:
+    """Docstring of K."""
+    ATTR = ("class", "attr tuple", 42, 2.5)
+    NAME = "class attr string"
+    def m(self, x="method default"):
+        return self.ATTR, x
+    class Inner:
+        DEEP = ("inner class", "tuple")
+        def g(self):
+            return self.DEEP
+''' + FILLER
+
+USE = '''import gc, inspect, sys
+import relmod
+gc.collect()
+from relmod import *
+r = relmod
+print(r.__doc__, r.GREETING, r.TABLE, r.BIG, sorted(r.FROZEN))
+print(r.f(), r.f.__defaults__, r.f.__doc__)
+print(r.K.__doc__, r.K.ATTR, r.K.NAME, r.K().m(), r.K.Inner().g())
+print(inspect.getsource(r.K.m).strip())
+print(r.GREETING == "hello world, folded", type(r.TABLE[3]).__name__)
+print(sys.intern("default arg value") is not None)
+import pycds
+print("released", pycds.stats()["released_bytes"], file=sys.stderr)
+'''
+
+
+def released(run):
+    for line in run.err.splitlines():
+        if line.startswith("released "):
+            return int(line.split()[1])
+    raise AssertionError(f"no released line: {run!r}")
+
+
+@pytest.fixture
+def app(tmp_path):
+    (tmp_path / "relmod.py").write_text(RELMOD)
+    (tmp_path / "use.py").write_text(USE)
+    return tmp_path
+
+
+@pytest.mark.parametrize("mode", ["1", "protect"])
+def test_constants_live_on_and_memory_is_given_back(app, mode):
+    plain, dump, share = dump_and_share(
+        ["use.py"], app, str(app / "a.img"), extra_env={"PYCDSRELEASE": mode})
+    assert plain.rc == 0 and dump.rc == 0, (plain, dump)
+    assert share.rc == 0, share
+    assert "relmod" in share.served()
+    assert share.out == plain.out
+    assert not share.warnings()
+    if RELEASES:
+        # The 3000 statements' bytecode, line table and dead constants.
+        assert released(share) >= 64 * 1024
+    else:
+        assert released(share) == 0
+
+
+def test_off_gives_nothing_back(app):
+    dump_and_share(["use.py"], app, str(app / "a.img"))
+    off = run_python("use.py", cwd=app, PYCDSMODE="SHARE",
+                     PYCDSARCHIVE=str(app / "a.img"), PYCDSRELEASE="0")
+    assert off.rc == 0 and released(off) == 0, off
+
+
+RSS_OF_HEAP = '''import sys, time, relmod, pycds
+given = pycds.stats()["released_bytes"]
+# With read-ahead, the pages go back once imports pause (200 ms).
+time.sleep(float(sys.argv[1]))
+# Rss of the archive heap mapping (the one holding f's code object).
+addr = id(relmod.f.__code__)
+rss = None
+with open("/proc/self/smaps") as f:
+    for line in f:
+        head = line.split()
+        if "-" in head[0] and not head[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            inside = lo <= addr < hi
+        elif inside and head[0] == "Rss:":
+            rss = int(head[1]) * 1024
+            break
+print(rss, given)
+'''
+
+
+@pytest.mark.skipif(not RELEASES, reason="3.10 chunks are kept whole")
+@pytest.mark.parametrize("prefetch,pause", [("0", "0"), ("1", "0.8")])
+def test_given_back_pages_leave_the_resident_set(app, prefetch, pause):
+    (app / "rss.py").write_text(RSS_OF_HEAP)
+    dump_and_share(["rss.py", "0"], app, str(app / "a.img"))
+    got = {}
+    for mode in ("0", "1"):
+        r = run_python(["rss.py", pause], cwd=app, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(app / "a.img"), PYCDSRELEASE=mode,
+                       PYCDSPREFETCH=prefetch)
+        assert r.rc == 0, r
+        got[mode] = tuple(map(int, r.out.split()))
+    (rss_kept, _), (rss_released, given) = got["0"], got["1"]
+    assert given >= 64 * 1024
+    assert rss_kept - rss_released == given
+
+
+HOLDS_CODE = '''"""Keeps its own code object."""
+import sys
+CODE = sys._getframe().f_code
+NAMES = CODE.co_names
+''' + FILLER
+
+
+def test_a_module_that_keeps_its_code_object(app):
+    (app / "holder.py").write_text(HOLDS_CODE)
+    (app / "use2.py").write_text(textwrap.dedent('''\
+        import dis, gc, io, holder
+        gc.collect()
+        out = io.StringIO()
+        dis.dis(holder.CODE, file=out)
+        print(len(out.getvalue().splitlines()), holder.CODE.co_consts[:4])
+        print(holder.NAMES[:5], holder.CODE.co_filename.endswith("holder.py"))
+        ns = {"__name__": "again"}
+        exec(holder.CODE, ns)
+        print(ns["CODE"].co_name, len(ns["NAMES"]))
+        '''))
+    plain, dump, share = dump_and_share(["use2.py"], app, str(app / "a.img"))
+    assert share.rc == 0 and share.out == plain.out, (plain, share)
+    assert "holder" in share.served()
+
+
+FAILS = '''"""Its body fails half way (when FAIL is set: the DUMP run has
+to import it to archive it)."""
+import os
+VALUE = ("kept by the frame", 1)
+def helper():
+    return VALUE
+''' + FILLER + '''if os.environ.get("FAIL"):
+    raise ValueError("the body failed: " + str(len(VALUE)))
+'''
+
+
+def test_a_failed_body_and_its_traceback(app):
+    (app / "fails.py").write_text(FAILS)
+    (app / "dumpit.py").write_text("import fails\n")
+    (app / "use3.py").write_text(textwrap.dedent('''\
+        import gc, sys, traceback
+        try:
+            import fails
+        except ValueError as e:
+            err = e
+        gc.collect()
+        tb = err.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        print(tb.tb_frame.f_globals["VALUE"], tb.tb_frame.f_code.co_name, tb.tb_lineno)
+        print(tb.tb_frame.f_globals["helper"]())
+        print("".join(traceback.format_exception_only(type(err), err)).strip())
+        del err, tb
+        gc.collect()
+        try:
+            import fails        # again: plain import, the same failure
+        except ValueError as e:
+            print("again:", e)
+        '''))
+    dump = run_python("dumpit.py", cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(app / "a.img"))
+    assert dump.rc == 0, dump
+    plain = run_python("use3.py", cwd=app, FAIL="1")
+    share = run_python("use3.py", cwd=app, FAIL="1", PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(app / "a.img"), PYCDSVERBOSE="1")
+    assert plain.rc == 0, plain
+    assert share.rc == 0 and share.out == plain.out, (plain, share)
+    assert "fails" in share.served()
+
+
+def test_reload_after_release(app):
+    (app / "use4.py").write_text(textwrap.dedent('''\
+        import importlib, relmod
+        relmod.GREETING = "changed"
+        importlib.reload(relmod)
+        print(relmod.GREETING, relmod.f(), relmod.K().m())
+        '''))
+    plain, dump, share = dump_and_share(["use4.py"], app, str(app / "a.img"))
+    assert share.rc == 0 and share.out == plain.out, (plain, share)
+    assert not share.warnings()
+    if RELEASES:
+        assert any("ran before and was released" in f for f in share.fallbacks()), share
+
+
+def test_no_pycds_frame_around_a_module_body(app):
+    """Release happens on a later import, not in a wrapper around the body:
+    tracebacks and warnings' stacklevel see exactly plain import's frames."""
+    (app / "warnmod.py").write_text(
+        "import os, warnings\n"
+        "warnings.warn('from the body', UserWarning, stacklevel=2)\n"
+        "if os.environ.get('FAIL'):\n"
+        "    raise ValueError('body failed')\n" + FILLER)
+    (app / "use5.py").write_text("import warnmod\nimport json\n")
+    dump = run_python("use5.py", cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(app / "a.img"))
+    assert dump.rc == 0, dump
+    for fail in ("", "1"):
+        plain = run_python("use5.py", cwd=app, FAIL=fail)
+        share = run_python("use5.py", cwd=app, FAIL=fail, PYCDSMODE="SHARE",
+                           PYCDSARCHIVE=str(app / "a.img"))
+        assert "use5.py:1: UserWarning: from the body" in plain.err
+        assert (share.rc, share.err) == (plain.rc, plain.err)
