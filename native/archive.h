@@ -63,6 +63,9 @@ typedef struct {
     uint32_t *fix;         /* INTERN and SINGLETON entries, then FROZENSET */
     uint64_t nstr, nset;
     uint64_t nintern;      /* INTERN entries among the nstr */
+    int tail_shared;       /* an INTERNAL slot before root_off points at or
+                            * after it: the tail is not the writer's, keep it
+                            * (release.c) */
 } pycds_fixups;
 
 struct pycds_archive {
@@ -84,6 +87,7 @@ struct pycds_archive {
     uint8_t *state;           /* per module: MOD_* */
     pycds_fixups **fixups;    /* per READY module: what stage 1 handed over */
     PyObject **roots;         /* per LOADED module: its code object */
+    uint8_t *keep_tail;       /* per LOADED module: fixups' tail_shared */
 
     /* read-ahead (prefetch.c) */
     uint64_t pf_window;       /* most bytes of heap read ahead; 0: off */

@@ -171,8 +171,10 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
     a->state = calloc(n, 1);
     a->roots = calloc(n, sizeof(PyObject *));
     a->fixups = calloc(n, sizeof(pycds_fixups *));
+    a->keep_tail = calloc(n, 1);
     a->chunks = calloc(n, sizeof(pycds_chunk_rec));
-    if (a->state == NULL || a->roots == NULL || a->fixups == NULL || a->chunks == NULL) {
+    if (a->state == NULL || a->roots == NULL || a->fixups == NULL || a->chunks == NULL
+        || a->keep_tail == NULL) {
         rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate module table");
         goto fail;
     }
@@ -232,6 +234,7 @@ fail:
     free(a->state);
     free(a->roots);
     free(a->fixups);
+    free(a->keep_tail);
     free(a->chunks);
     free(a);
     return rc;
@@ -318,7 +321,7 @@ intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
  * string to be interned (as unicode_hash() would on first use), so that
  * stage 2 spends its time in the interned dict only. */
 static int
-list_fixups(uint8_t *chunk, uint64_t len, pycds_fixups *f)
+list_fixups(uint8_t *chunk, uint64_t len, uint64_t root_off, pycds_fixups *f)
 {
     const uint32_t *rel = f->rel;
     uint64_t n = f->nrel, nstr = 0, nset = 0;
@@ -335,7 +338,14 @@ list_fixups(uint8_t *chunk, uint64_t len, pycds_fixups *f)
     for (uint64_t i = 0; i < n; i++) {
         uint32_t e = rel[i];
         int kind = (int)(e & 7u);
-        if (kind == PYCDS_RELOC_INTERNAL || kind == PYCDS_RELOC_EXTERNAL) {
+        if (kind == PYCDS_RELOC_INTERNAL) {
+            /* The writer's tail (release.c) is reached from before it only
+             * through INTERN slots; a chunk that says otherwise keeps it. */
+            uint8_t *t = *(uint8_t **)(chunk + (e & ~(uint32_t)7u));
+            f->tail_shared |= (e & ~(uint32_t)7u) < root_off && t >= chunk + root_off;
+            continue;
+        }
+        if (kind == PYCDS_RELOC_EXTERNAL) {
             continue;
         }
         PyObject *target = *(PyObject **)(chunk + (e & ~(uint32_t)7u));
@@ -445,7 +455,7 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out)
         rc = apply_relocations(chunk, c->chunk_len, f->rel, f->nrel);
     }
     if (rc == PYCDS_OK) {
-        rc = list_fixups(chunk, c->chunk_len, f);
+        rc = list_fixups(chunk, c->chunk_len, c->root_off, f);
     }
     if (rc) {
         pycds_fixups_free(f);
@@ -468,6 +478,7 @@ chunk_stage2(pycds_archive *a, uint32_t k, pycds_fixups *f, PyObject **root)
     if (rc == PYCDS_OK) {
         rc = fixup_objects(chunk, f);
     }
+    a->keep_tail[k] = (uint8_t)f->tail_shared;
     pycds_fixups_free(f);
     if (rc) {
         return rc;
@@ -598,6 +609,7 @@ pycds_archive_close(pycds_archive *a)
     free(a->state);
     free(a->roots);
     free(a->fixups);
+    free(a->keep_tail);
     free(a->chunks);
     free(a->gb_q);
     free(a);

@@ -28,8 +28,11 @@
  *   4. every whole page of the tail that holds no byte of an alive object
  *      goes back to the kernel: madvise(MADV_DONTNEED) on the private
  *      anonymous reservation (a later read would see zeros; nothing reads).
- * Anything unexpected in the walk (an object that is not one a chunk holds,
- * a pointer into the middle of one) keeps the whole tail.  The tail's first
+ * Anything unexpected -- a pointer from before the tail into it other than
+ * an INTERN slot (loader.c, list_fixups), an object in the walk that is not
+ * one a chunk holds, a pointer into the middle of one -- keeps the whole
+ * tail: a re-signed archive that breaks the writer's layout loses memory,
+ * never objects.  The tail's first
  * page, shared with the module's other objects, stays; its last is the
  * module's own when the next chunk starts on a page (as the writer lays
  * chunks out after a tail of a page or more).  A released module is never
@@ -273,7 +276,8 @@ pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
     pthread_mutex_lock(&a->mu);
     int loaded = a->state[module_no] == MOD_LOADED;
     pthread_mutex_unlock(&a->mu);
-    if (!loaded || a->roots[module_no] != (PyObject *)(chunk + c->root_off)
+    if (!loaded || a->keep_tail[module_no]
+        || a->roots[module_no] != (PyObject *)(chunk + c->root_off)
         || first + (uintptr_t)page > (uintptr_t)(a->base + limit)
         || walk_tail(chunk, c->root_off, c->chunk_len, &v, &n) != 0) {
         /* Also when no whole page could be given back: a small tail. */

@@ -45,12 +45,12 @@ def _spec_of(name, module):
 
 def _source_loader_class():
     # The share-mode loader subclasses SourceFileLoader; a DUMP run in a
-    # process that also shares must archive those modules too.
-    try:
-        from .finder import ArchiveLoader
-        return (SourceFileLoader, ArchiveLoader)
-    except Exception:
-        return (SourceFileLoader,)
+    # process that also shares must archive those modules too.  Without
+    # pycds.finder imported there is no such loader (and no need to import
+    # it at exit).
+    finder = sys.modules.get("pycds.finder")
+    loader = getattr(finder, "ArchiveLoader", None)
+    return (SourceFileLoader, loader) if loader is not None else (SourceFileLoader,)
 
 
 def _pyc_facts(cached):

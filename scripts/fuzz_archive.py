@@ -115,9 +115,13 @@ def make_workdir(base):
 
 
 def child_env(**extra):
+    """Memory given back after module bodies ran is made inaccessible at once
+    (PYCDSRELEASE=protect): a mutant whose objects pycds wrongly thought dead
+    faults instead of passing unseen."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYCDS", "PYTHON")) and k != "SOURCE_DATE_EPOCH"}
     env["PYTHONIOENCODING"] = "utf-8"
+    env["PYCDSRELEASE"] = "protect"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

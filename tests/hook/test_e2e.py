@@ -177,6 +177,21 @@ class TestModes:
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert "shopkit.pricing" in s.served() and s.rc == 3
 
+    def test_api_dump_in_a_share_run_archives_served_modules(self, tmp_path):
+        """Modules served from an archive (loader: ArchiveLoader) are archived
+        by a dump in the same process like the others."""
+        lst = tmp_path / "mods.lst"
+        lst.write_text("json\n")
+        first, second = str(tmp_path / "a.img"), str(tmp_path / "b.img")
+        run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=first)
+        r = run_python(["-c", "import json, pycds; n = pycds.stats()['served']; "
+                        f"pycds._dump({str(lst)!r}, {second!r}); print(n > 0)"],
+                       cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=first)
+        assert r.rc == 0 and r.out == "True\n", r
+        s = run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=second, PYCDSVERBOSE=1)
+        assert {"json", "json.decoder", "json.scanner"} <= set(s.served()), s
+
     def test_unwritable_target_warns_keeps_exit_status(self, tmp_path):
         (tmp_path / "plainfile").write_text("")
         img = str(tmp_path / "plainfile" / "sub" / "a.img")   # under a file: fails even as root
