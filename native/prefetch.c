@@ -58,6 +58,25 @@ next_candidate(pycds_archive *a)
     return a->nmodules;
 }
 
+/* With a->mu held: give back the page ranges queued by release.c (the lock
+ * is let go meanwhile; only a thread holding the GIL adds to the queue). */
+static void
+drain_locked(pycds_archive *a)
+{
+    while (a->gb_n > 0) {
+        uintptr_t *q = a->gb_q;
+        size_t n = a->gb_n;
+        a->gb_q = NULL;
+        a->gb_n = a->gb_cap = 0;
+        pthread_mutex_unlock(&a->mu);
+        for (size_t i = 0; i < n; i++) {
+            (void)pycds_release_pages(a, q[2 * i], (size_t)q[2 * i + 1]);
+        }
+        free(q);
+        pthread_mutex_lock(&a->mu);
+    }
+}
+
 static void *
 prefetch_main(void *arg)
 {
@@ -86,16 +105,7 @@ prefetch_main(void *arg)
                  * too (an IPI), which costs the imports more than the call
                  * costs this thread; as jemalloc's background purging
                  * does, wait for a quiet moment. */
-                uintptr_t *q = a->gb_q;
-                size_t n = a->gb_n;
-                a->gb_q = NULL;
-                a->gb_n = a->gb_cap = 0;
-                pthread_mutex_unlock(&a->mu);
-                for (size_t i = 0; i < n; i++) {
-                    (void)pycds_release_pages(a, q[2 * i], (size_t)q[2 * i + 1]);
-                }
-                free(q);
-                pthread_mutex_lock(&a->mu);
+                drain_locked(a);
             }
             continue;
         }
@@ -117,6 +127,9 @@ prefetch_main(void *arg)
             a->state[k] = MOD_NOPREFETCH;
         }
         pthread_cond_broadcast(&a->done_cv);
+    }
+    if (!a->pf_stop) {
+        drain_locked(a);      /* leaving for lack of a clock */
     }
     a->pf_running = 0;
     pthread_mutex_unlock(&a->mu);
@@ -246,6 +259,9 @@ before_fork(void)
         a->pf_stop = 1;
         pthread_cond_broadcast(&a->work_cv);
         join_locked(a);
+        /* Pages waiting to be given back go now, so that neither process
+         * keeps them (the thread is not restarted after the fork). */
+        drain_locked(a);
         /* Held across fork(): no module changes state meanwhile. */
     }
 }
@@ -338,6 +354,7 @@ pycds_prefetch_shutdown(pycds_archive *a)
     a->pf_window = 0;
     pthread_cond_broadcast(&a->work_cv);
     join_locked(a);
+    drain_locked(a);
     a->pf_stop = 0;
     pthread_mutex_unlock(&a->mu);
     pthread_mutex_unlock(&registry_mu);

@@ -424,22 +424,23 @@ static int
 flush_pending(pycds_writer *w, int only_new)
 {
     for (size_t i = 0; i < w->npending; i++) {
-        pending_slot *p = &w->pending[i];
+        /* By value: a copy may grow w->pending (not a str's, today). */
+        pending_slot p = w->pending[i];
         uint64_t off;
-        if (p->done) {
+        if (p.done) {
             continue;
         }
-        if (!memo_get(w, p->key, &off)) {
-            if (only_new && seen_has(w, p->key)) {
+        if (!memo_get(w, p.key, &off)) {
+            if (only_new && seen_has(w, p.key)) {
                 continue;
             }
-            int rc = copy_interned(w, p->key, &off);
+            int rc = copy_interned(w, p.key, &off);
             if (rc) {
                 return rc;
             }
         }
-        store_slot(w, p->slot, off - w->chunk_start);
-        p->done = 1;
+        store_slot(w, p.slot, off - w->chunk_start);
+        w->pending[i].done = 1;
     }
     return PYCDS_OK;
 }

@@ -53,8 +53,9 @@ def stats():
     archive), ``fallbacks`` (reason -> count of archived modules imported
     plainly), ``bytes_loaded`` (heap bytes of loaded modules), ``load_ms``
     (time in native loads, ms), ``open_ms`` (time to open the archive, ms),
-    ``released_bytes`` (heap given back after module bodies ran: their code
-    objects and what only those used),
+    ``released_bytes`` (heap given back after module bodies ran -- their code
+    objects and what only those used -- or queued to be given back by the
+    read-ahead thread once imports pause),
     ``archive`` (path), ``modules_in_archive`` and ``prefetched`` (modules
     whose chunk the read-ahead thread had read and relocated before their
     import)."""
@@ -90,18 +91,31 @@ class _Archive:
         self.disabled = False
         self._native = None
         self._open_lock = _thread.allocate_lock()
+        self._opener = None     # thread id while it opens the native handle
 
     def _open_native(self):
+        """The native handle, opened on first use; None while this very
+        thread is opening it: importing the native module can import more
+        (under ``-X dev`` loading an extension looks up the ascii codec), and
+        those are imported plainly rather than wait for a lock their own
+        import holds."""
         # One native handle per archive, also when threads import at once:
         # every module's fix-up state lives in that handle.
+        me = _thread.get_ident()
+        if self._opener == me:
+            return None
         with self._open_lock:
             if self._native is None:
-                from . import _nativeapi as N
-                self._native = N.NativeArchive(
-                    self.index.fd, self.index.header,
-                    self.index.meta.get("layout", ""), self.verify,
-                    PREFETCH_WINDOW if self.prefetch else 0,
-                    self.release_mode)
+                self._opener = me
+                try:
+                    from . import _nativeapi as N
+                    self._native = N.NativeArchive(
+                        self.index.fd, self.index.header,
+                        self.index.meta.get("layout", ""), self.verify,
+                        PREFETCH_WINDOW if self.prefetch else 0,
+                        self.release_mode)
+                finally:
+                    self._opener = None
             return self._native
 
     def disable(self, reason, quiet=False):
@@ -122,6 +136,9 @@ class _Archive:
             native = self._native
             if native is None:
                 native = self._open_native()
+                if native is None:
+                    _fallback(entry.name, "imported while the native module loads")
+                    return None
             code = native.load(entry)
         except Exception as e:
             code = getattr(e, "code", 0)

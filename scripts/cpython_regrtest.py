@@ -32,7 +32,8 @@ import xml.etree.ElementTree as ET
 DEFAULT = ["test_importlib", "test_inspect", "test_traceback", "test_code",
            "test_dis", "test_dataclasses", "test_typing", "test_enum",
            "test_json", "test_pickle", "test_warnings", "test_zipimport",
-           "test_pkgutil", "test_runpy", "test_site", "test_compile"]
+           "test_pkgutil", "test_runpy", "test_site", "test_compile",
+           "test_scope"]
 FAST = ["test_json", "test_code", "test_dis"]
 
 

@@ -44,8 +44,12 @@
  *     specialised calls and the key of the function version cache: a copied
  *     (stale) value would collide with the dump process's numbering.
  *   - str interning: unmarshal calls _PyUnicode_InternImmortal (a string
- *     already interned mortal is made immortal); PyUnicode_InternInPlace does
- *     the same.  The heap copy of a str is never made the interned one
+ *     already interned mortal is made immortal); PyUnicode_InternInPlace
+ *     interns mortal (_PyUnicode_InternMortal), so the loader calls
+ *     _PyUnicode_InternImmortal as unmarshal does: a mortal name in a code
+ *     object is freed by CPython 3.13.0's keyword-argument suggestions,
+ *     which drop references to co_varnames items they never took (a crash
+ *     found with test_scope).  The heap copy of a str is never made the interned one
  *     (pycds_layout_intern gives the slot an interpreter-owned string): code
  *     in _PyUnicode_ClearInterned that makes SSTATE_INTERNED_IMMORTAL strings
  *     mortal again at exit (present in debug builds and later versions; a
@@ -288,9 +292,10 @@ pycds_layout_str_interned(PyObject *op)
 int
 pycds_layout_intern(PyObject **slot)
 {
-    /* Unmarshal interns with PyUnicode_InternInPlace, which in 3.12 makes
-     * the string immortal (SSTATE_INTERNED_IMMORTAL) or hands out the one
-     * already interned.  The slot gets exactly that object:
+    /* Unmarshal interns immortal: PyUnicode_InternInPlace in 3.12,
+     * _PyUnicode_InternImmortal in 3.13 (SSTATE_INTERNED_IMMORTAL; a string
+     * interned mortal before is made immortal), or hands out the one already
+     * interned.  The slot gets exactly that object:
      *   1. a statically allocated string (_PyRuntime's table, looked up
      *      first, as _PyUnicode_InternInPlace does) or an interned one of
      *      this interpreter, if there is one: both are immortal;
@@ -325,7 +330,11 @@ pycds_layout_intern(PyObject **slot)
     if (fresh == NULL) {
         return pycds_fail_python("copying a string to intern");
     }
-    PyUnicode_InternInPlace(&fresh);
+#if PYCDS_313
+    _PyUnicode_InternImmortal(interp, &fresh);
+#else
+    PyUnicode_InternInPlace(&fresh);     /* immortal in 3.12 */
+#endif
     if (PyErr_Occurred()) {
         Py_DECREF(fresh);
         return pycds_fail_python("interning a string");

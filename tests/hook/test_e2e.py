@@ -177,6 +177,53 @@ class TestModes:
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert "shopkit.pricing" in s.served() and s.rc == 3
 
+    def test_names_are_interned_as_unmarshal_interns_them(self, tmp_path):
+        """3.13's PyUnicode_InternInPlace interns mortal, unmarshal immortal:
+        CPython 3.13.0's keyword suggestions drop references to co_varnames
+        items they never took, which freed mortal names (a crash)."""
+        (tmp_path / "kw.py").write_text(
+            "class MultiplyNested:\n"
+            "    def f2(self):\n"
+            "        __arg = 1\n"
+            "        class D:\n"
+            "            def g(self, __arg):\n"
+            "                return __arg\n"
+            "        return D().g\n"
+            "def h(self, zz_unique_param_name):\n"
+            "    return 1\n")
+        (tmp_path / "main.py").write_text(
+            "import gc, sys, kw, json\n"
+            "c = kw.MultiplyNested().f2()\n"
+            "names = c.__code__.co_varnames + kw.h.__code__.co_varnames\n"
+            "immortal = lambda: [sys.getrefcount(n) > 1 << 29 for n in names]\n"
+            "if sys.version_info >= (3, 12):   # 3.11: the archive's counts are big\n"
+            "    print(immortal())\n"
+            "for i in range(5):\n"
+            "    for call in (lambda: c(_MultiplyNested__arg=2),\n"
+            "                 lambda: kw.h(None, zz_unique_param_nam=1)):\n"
+            "        try:\n"
+            "            call()\n"
+            "        except TypeError as e:\n"
+            "            print(e)\n"
+            "gc.collect()\n"
+            "if sys.version_info >= (3, 12):\n"
+            "    print(immortal())\n")
+        plain, dump, share = dump_and_share(["main.py"], tmp_path, str(tmp_path / "a.img"))
+        assert "kw" in share.served()
+        assert (share.rc, share.out) == (plain.rc, plain.out) == (0, plain.out), share
+
+    def test_dev_mode_imports_during_the_native_load(self, tmp_path):
+        """Under -X dev, loading the native module looks up the ascii codec:
+        encodings.ascii, archived, is then imported plainly (it once waited
+        for the lock its own import held: a hang)."""
+        (tmp_path / "main.py").write_text("import json; print('ok')\n")
+        img = str(tmp_path / "a.img")
+        run_python(["-X", "dev", "main.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(["-X", "dev", "main.py"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1, timeout=60)
+        assert (r.rc, r.out) == (0, "ok\n") and not r.warnings(), r
+        assert "json" in r.served(), r
+
     def test_api_dump_in_a_share_run_archives_served_modules(self, tmp_path):
         """Modules served from an archive (loader: ArchiveLoader) are archived
         by a dump in the same process like the others."""

@@ -234,3 +234,42 @@ def test_no_pycds_frame_around_a_module_body(app):
                            PYCDSARCHIVE=str(app / "a.img"))
         assert "use5.py:1: UserWarning: from the body" in plain.err
         assert (share.rc, share.err) == (plain.rc, plain.err)
+
+
+FORKS = '''import os, sys, relmod, pycds
+given = pycds.stats()["released_bytes"]
+pid = os.fork()          # at once: the pages still wait for the quiet moment
+addr = id(relmod.f.__code__)
+with open("/proc/self/smaps") as f:
+    for line in f:
+        head = line.split()
+        if "-" in head[0] and not head[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            inside = lo <= addr < hi
+        elif inside and head[0] == "Rss:":
+            rss = int(head[1]) * 1024
+            break
+if pid == 0:
+    print("child", rss, given, relmod.K().m(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", rss, given, relmod.f())
+'''
+
+
+@pytest.mark.skipif(not RELEASES, reason="3.10 chunks are kept whole")
+def test_pages_waiting_to_go_back_go_before_a_fork(app):
+    """A program that forks right after its imports (a pre-fork server): the
+    pages queued for the read-ahead thread are given back before fork()."""
+    (app / "forks.py").write_text(FORKS)
+    dump_and_share(["forks.py"], app, str(app / "a.img"))
+    runs = {}
+    for mode in ("0", "1"):
+        r = run_python("forks.py", cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=str(app / "a.img"),
+                       PYCDSRELEASE=mode, PYCDSPREFETCH="1")
+        assert r.rc == 0, r
+        runs[mode] = {line.split()[0]: int(line.split()[1]) for line in r.out.splitlines()}
+        given = int(r.out.split()[2])
+    assert given >= 64 * 1024
+    for who in ("child", "parent"):
+        assert runs["0"][who] - runs["1"][who] == given, runs
