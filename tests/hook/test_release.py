@@ -97,23 +97,25 @@ def test_off_gives_nothing_back(app):
     assert off.rc == 0 and released(off) == 0, off
 
 
+HEAP_RSS = '''
+def heap_rss(obj):
+    # Rss of the mapping holding obj: the archive heap for an archived object.
+    addr, inside = id(obj), False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                inside = lo <= addr < hi
+            elif inside and head[0] == "Rss:":
+                return int(head[1]) * 1024
+'''
+
 RSS_OF_HEAP = '''import sys, time, relmod, pycds
 given = pycds.stats()["released_bytes"]
 # With read-ahead, the pages go back once imports pause (200 ms).
 time.sleep(float(sys.argv[1]))
-# Rss of the archive heap mapping (the one holding f's code object).
-addr = id(relmod.f.__code__)
-rss = None
-with open("/proc/self/smaps") as f:
-    for line in f:
-        head = line.split()
-        if "-" in head[0] and not head[0].endswith(":"):
-            lo, hi = (int(x, 16) for x in head[0].split("-"))
-            inside = lo <= addr < hi
-        elif inside and head[0] == "Rss:":
-            rss = int(head[1]) * 1024
-            break
-print(rss, given)
+''' + HEAP_RSS + '''print(heap_rss(relmod.f.__code__), given)
 '''
 
 
@@ -239,16 +241,7 @@ def test_no_pycds_frame_around_a_module_body(app):
 FORKS = '''import os, sys, relmod, pycds
 given = pycds.stats()["released_bytes"]
 pid = os.fork()          # at once: the pages still wait for the quiet moment
-addr = id(relmod.f.__code__)
-with open("/proc/self/smaps") as f:
-    for line in f:
-        head = line.split()
-        if "-" in head[0] and not head[0].endswith(":"):
-            lo, hi = (int(x, 16) for x in head[0].split("-"))
-            inside = lo <= addr < hi
-        elif inside and head[0] == "Rss:":
-            rss = int(head[1]) * 1024
-            break
+''' + HEAP_RSS + '''rss = heap_rss(relmod.f.__code__)
 if pid == 0:
     print("child", rss, given, relmod.K().m(), flush=True)
     os._exit(0)
