@@ -117,8 +117,11 @@ def main(argv=None):
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("verify", help="list modules whose sources changed")
     p.add_argument("archive")
-    p.add_argument("--check", choices=("mtime", "hash"), default="mtime",
-                   help="how to compare sources (default: mtime and size)")
+    env_check = os.environ.get("PYCDSCHECK", "").strip().lower()
+    p.add_argument("--check", choices=("mtime", "hash"),
+                   default=env_check if env_check in ("mtime", "hash") else "mtime",
+                   help="how to compare sources: mtime and size, or the source "
+                        "hash (default: $PYCDSCHECK, as SHARE checks, else mtime)")
     p.set_defaults(func=cmd_verify)
     p = sub.add_parser("dump", help="import the modules in LIST and archive them")
     p.add_argument("list")

@@ -51,19 +51,21 @@ def _activate(cfg):
     _log.level = cfg.verbose
     for problem in cfg.problems:
         _log.warning(problem)
+    if cfg.mode in (_config.MODE_SHARE, _config.MODE_DUMP):
+        import os
+        if os.environ.get("PYCDSARCHIVE", "") not in ("", cfg.archive):
+            # Children use this very archive (SHARE) or merge into it (DUMP),
+            # also when they start in another directory, where a relative
+            # path would name another file.
+            os.environ["PYCDSARCHIVE"] = cfg.archive
     if cfg.mode == _config.MODE_SHARE:
         from . import finder
         return finder.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
-        import os
         from . import dump
         atexit.register(dump.dump_at_exit, cfg)
         dump.dump_session()   # children started from here on inherit it
-        if os.environ.get("PYCDSARCHIVE"):
-            # Children of the session merge into this archive, also when
-            # they start in another directory (a relative path would not).
-            os.environ["PYCDSARCHIVE"] = cfg.archive
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
         from . import trace

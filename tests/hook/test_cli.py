@@ -37,6 +37,19 @@ class TestCli:
         r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
         assert r.rc == 1 and "beta: source changed" in r.out and "alpha:" not in r.out
 
+    def test_verify_checks_as_pycdscheck_says(self, tmp_path):
+        """An edit that keeps size and mtime: only a source hash sees it, and
+        verify compares hashes when PYCDSCHECK=hash, as SHARE then does."""
+        img = make_archive(tmp_path)
+        beta = tmp_path / "beta.py"
+        st = os.stat(beta)
+        beta.write_text("B = 7\n")           # was "B = 2\n": same size
+        os.utime(beta, ns=(st.st_atime_ns, st.st_mtime_ns))
+        plain = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        hashed = run_python(["-m", "pycds", "verify", img], cwd=tmp_path, PYCDSCHECK="hash")
+        assert plain.rc == 0, plain
+        assert hashed.rc == 1 and "beta: source hash differs" in hashed.out, hashed
+
     def test_not_an_archive(self, tmp_path):
         bad = tmp_path / "bad.img"
         bad.write_bytes(b"hello" * 100)

@@ -92,6 +92,21 @@ class TestRelativePaths:
                        PYCDSARCHIVE="rel.img", PYCDSVERBOSE=1)
         assert s.warnings() == [] and {"json", "csv", "textwrap"} <= set(s.served()), s
 
+    def test_share_children_use_the_same_archive(self, tmp_path):
+        """A SHARE child started in another directory uses the archive the
+        program named, not a file of the same relative name there."""
+        from conftest import run_python
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "prog.py").write_text(self.PROG)
+        d = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE="rel.img")
+        assert d.rc == 0, d
+        # In sub/, "rel.img" names a file that is not an archive.
+        (tmp_path / "sub" / "rel.img").write_bytes(b"not an archive")
+        s = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE="rel.img", PYCDSVERBOSE=1)
+        assert s.rc == 0 and s.warnings() == [], s
+        assert s.served().count("csv") == 1 and s.served().count("json") == 1, s
+
     def test_trace_list(self, tmp_path):
         from conftest import run_python
         (tmp_path / "sub").mkdir()
