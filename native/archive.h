@@ -79,7 +79,6 @@ struct pycds_archive {
     pycds_chunk_rec *chunks;  /* nmodules records, validated at open */
     int verify;               /* run pycds_verify_chunk() on every load */
     int release_mode;         /* PYCDS_RELEASE_*: release.c */
-    uint64_t released;        /* bytes given back (statistics) */
 
     pthread_mutex_t mu;
     pthread_cond_t done_cv;   /* a stage-1 run of the read-ahead thread ended */

@@ -32,16 +32,14 @@
  * an INTERN slot (loader.c, list_fixups), an object in the walk that is not
  * one a chunk holds, a pointer into the middle of one -- keeps the whole
  * tail: a re-signed archive that breaks the writer's layout loses memory,
- * never objects.  The tail's first
- * page, shared with the module's other objects, stays; its last is the
- * module's own when the next chunk starts on a page (as the writer lays
- * chunks out after a tail of a page or more).  A released module is never
+ * never objects.  The tail's first page, shared with the module's other
+ * objects, stays; its last is the module's own when the next chunk starts
+ * on a page (as the writer lays chunks out after a tail of a page or more).  A released module is never
  * handed out again (pycds_archive_load says so; the loader then compiles it
  * from its .pyc, as for importlib.reload()).
  */
 #include "archive.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -303,7 +301,6 @@ pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
         a->roots[module_no] = NULL;
         pthread_mutex_lock(&a->mu);
         a->state[module_no] = MOD_RELEASED;
-        a->released += *released;
         pthread_mutex_unlock(&a->mu);
     }
     free(v);

@@ -31,17 +31,16 @@
  *   3. the module code object (root_off), its class bodies and the rest of
  *      what only they reach -- bytecode, line and exception tables, names
  *      and constant tuples -- then the interned strings an earlier chunk
- *      also holds: at
- *      load each INTERN slot gets the interpreter's interned string, which
- *      the earlier module most likely made already, so these copies are
- *      dead.
+ *      also holds: at load each INTERN slot gets the interpreter's interned
+ *      string, which the earlier module most likely made already, so these
+ *      copies are dead.
  * Parts 1 and 2 never point into part 3 except through INTERN slots (part 1
  * is closed: all it reaches is copied with it); part 3 is the module's
  * "tail", from root_off to the end of the chunk.  A chunk that follows a
  * tail of a page or more starts on a page (PYCDS_CHUNK_ALIGN), so that
- * tail's last page is the module's own.  Tail objects get the mortal reference count of
- * layout.c's set_refcnt (pycds_w_in_tail), so the loader can tell which of
- * them anything holds.
+ * tail's last page is the module's own.  Tail objects get the mortal
+ * reference count of layout.c's set_refcnt (pycds_w_in_tail), so the loader
+ * can tell which of them anything holds.
  *
  * The caller holds the objects alive; the writer holds the GIL while it
  * walks them.  Structure after marshal.c's WFILE / w_object.
@@ -406,11 +405,11 @@ copy_part1(pycds_writer *w, PyCodeObject *code, int depth)
     return PYCDS_OK;
 }
 
-/* Copy an interned string into the chunk and note that a chunk holds it. */
+/* Copy an interned string into the chunk and note that a chunk holds it
+ * (known: seen_has() said so already). */
 static int
-copy_interned(pycds_writer *w, PyObject *s, uint64_t *off)
+copy_interned(pycds_writer *w, PyObject *s, int known, uint64_t *off)
 {
-    int known = seen_has(w, s);
     int rc = copy_object(w, s, 0, off);
     if (rc == PYCDS_OK && !known) {
         rc = seen_add(w, s);
@@ -431,10 +430,11 @@ flush_pending(pycds_writer *w, int only_new)
             continue;
         }
         if (!memo_get(w, p.key, &off)) {
-            if (only_new && seen_has(w, p.key)) {
+            int known = seen_has(w, p.key);
+            if (only_new && known) {
                 continue;
             }
-            int rc = copy_interned(w, p.key, &off);
+            int rc = copy_interned(w, p.key, known, &off);
             if (rc) {
                 return rc;
             }
@@ -469,7 +469,7 @@ place_early(pycds_writer *w, PyObject *op, int depth, long *budget)
         if (seen_has(w, op)) {
             return PYCDS_OK;      /* its copy will be dead: part 3 */
         }
-        return copy_interned(w, op, &off);
+        return copy_interned(w, op, 0, &off);
     }
     if (PyLong_CheckExact(op) || PyFloat_CheckExact(op) || PyComplex_CheckExact(op)) {
         return copy_object(w, op, depth, &off);
@@ -585,9 +585,8 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info)
     memset(w->heap + w->len, 0, start - w->len);
     w->len = start;
     w->chunk_start = w->len;
-    w->tail_start = UINT64_MAX;
-    w->npending = 0;
-    table_clear(&w->memo);
+    /* memo, pending and tail_start start empty: writer_new, and the end of
+     * every add (done: below) */
     uint64_t root;
     long budget = 1L << 16;
     rc = copy_part1(w, (PyCodeObject *)co, 0);

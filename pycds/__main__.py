@@ -18,6 +18,7 @@ import datetime
 import os
 import sys
 
+from . import _config
 from . import _format as F
 
 
@@ -117,7 +118,7 @@ def main(argv=None):
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("verify", help="list modules whose sources changed")
     p.add_argument("archive")
-    env_check = os.environ.get("PYCDSCHECK", "").strip().lower()
+    env_check = _config.from_environ().check      # PYCDSCHECK, as SHARE reads it
     p.add_argument("--check", choices=("mtime", "hash"),
                    default=env_check if env_check in ("mtime", "hash") else "mtime",
                    help="how to compare sources: mtime and size, or the source "

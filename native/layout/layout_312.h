@@ -49,8 +49,9 @@
  *     _PyUnicode_InternImmortal as unmarshal does: a mortal name in a code
  *     object is freed by CPython 3.13.0's keyword-argument suggestions,
  *     which drop references to co_varnames items they never took (a crash
- *     found with test_scope).  The heap copy of a str is never made the interned one
- *     (pycds_layout_intern gives the slot an interpreter-owned string): code
+ *     found with test_scope).  The heap copy of a str is never made the
+ *     interned one (pycds_layout_intern gives the slot an interpreter-owned
+ *     string): code
  *     in _PyUnicode_ClearInterned that makes SSTATE_INTERNED_IMMORTAL strings
  *     mortal again at exit (present in debug builds and later versions; a
  *     3.13.0 release build leaves them immortal, checked with gdb) would
