@@ -26,7 +26,8 @@ def stats():
     if finder is None:
         return {"served": 0, "fallbacks": {}, "archive": None,
                 "modules_in_archive": 0, "bytes_loaded": 0, "load_ms": 0.0,
-                "open_ms": 0.0, "prefetched": 0, "released_bytes": 0}
+                "open_ms": 0.0, "prefetched": 0, "released_bytes": 0,
+                "searches_replayed": 0}
     return finder.stats()
 
 
@@ -42,18 +43,24 @@ def _dump(module_list="", archive=""):
     """
     import importlib
     import os
-    from . import _config, _log, dump
+    from . import _config, _import_order, _log, dump
     if module_list:
         with open(module_list, encoding="utf-8") as f:
             names = [line.strip() for line in f
                      if line.strip() and not line.lstrip().startswith("#")]
-        for name in names:
-            if name == "__main__" or name in __import__("sys").modules:
-                continue
-            try:
-                importlib.import_module(name)
-            except BaseException as e:   # a listed module may exit or fail
-                _log.warning(f"_dump: cannot import {name}: {e!r}")
+        # The archive lays modules out in the order their imports start.
+        added = _import_order.install()
+        try:
+            for name in names:
+                if name == "__main__" or name in __import__("sys").modules:
+                    continue
+                try:
+                    importlib.import_module(name)
+                except BaseException as e:   # a listed module may exit or fail
+                    _log.warning(f"_dump: cannot import {name}: {e!r}")
+        finally:
+            if added:
+                _import_order.uninstall()
     if not archive:
         archive = os.environ.get("PYCDSARCHIVE", "") or _config.default_archive_path()
     if not archive:

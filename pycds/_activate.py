@@ -63,12 +63,14 @@ def _activate(cfg):
         return finder.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
-        from . import dump
+        from . import _import_order, dump
+        _import_order.install()
         atexit.register(dump.dump_at_exit, cfg)
         dump.dump_session()   # children started from here on inherit it
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
-        from . import trace
+        from . import _import_order, trace
+        _import_order.install()
         atexit.register(trace.trace_at_exit, cfg)
     return None
 

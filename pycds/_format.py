@@ -25,7 +25,7 @@ import sys
 from _frozen_importlib_external import _RAW_MAGIC_NUMBER
 
 MAGIC = b"PYCDS\x00ar"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 HEADER_SIZE = 256
 EMPTY = 0xFFFFFFFF
 PAGE = 4096
@@ -165,14 +165,14 @@ class ModuleEntry:
                  "mtime_ns", "size", "source_hash", "pyc_path", "pyc_kind",
                  "pyc_mtime_ns", "pyc_size", "check_hash_pycs",
                  "chunk_off", "chunk_len", "root_off", "reloc_first",
-                 "reloc_count", "chunk_sum", "nobjects")
+                 "reloc_count", "chunk_sum", "nobjects", "search")
 
     # Plain assignments: an entry is built on every archive hit, and this is
     # several times faster than a setattr loop over __slots__.
     def __init__(self, number, name, origin, is_package, search_locations,
                  mtime_ns, size, source_hash, pyc_path, pyc_kind, pyc_mtime_ns,
                  pyc_size, check_hash_pycs, chunk_off, chunk_len, root_off,
-                 reloc_first, reloc_count, chunk_sum, nobjects):
+                 reloc_first, reloc_count, chunk_sum, nobjects, search):
         self.number = number
         self.name = name
         self.origin = origin
@@ -193,6 +193,7 @@ class ModuleEntry:
         self.reloc_count = reloc_count
         self.chunk_sum = chunk_sum
         self.nobjects = nobjects
+        self.search = search
 
     def to_tuple(self):
         return tuple(getattr(self, name) for name in self.__slots__)

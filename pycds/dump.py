@@ -22,15 +22,17 @@ import time
 from importlib.machinery import ModuleSpec, SourceFileLoader
 
 from . import _format as F
-from . import _log
+from . import _import_order, _log, _search
 
 __all__ = ["snapshot", "dump_modules", "dump_at_exit"]
 
 
 
 def snapshot():
-    """The ``(name, module)`` pairs of ``sys.modules`` now, in import order."""
-    return list(sys.modules.items())
+    """The ``(name, module)`` pairs of ``sys.modules`` now, in the order their
+    imports started (pycds._import_order: the order a SHARE run asks for
+    them)."""
+    return _import_order.in_start_order(list(sys.modules.items()))
 
 
 def _spec_of(name, module):
@@ -138,7 +140,7 @@ def dump_modules(pairs, path, verbose=0, session=None):
             spec.cached, pyc_kind, pyc_mtime, pyc_size, check_hash,
             chunk.chunk_off, chunk.chunk_len, chunk.root_off,
             chunk.reloc_first, chunk.reloc_count, chunk.checksum,
-            chunk.nobjects))
+            chunk.nobjects, _search.record(name, spec)))
     meta = F.meta_for_this_interpreter()
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()

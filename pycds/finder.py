@@ -3,8 +3,9 @@
 :class:`CDSFinder` sits on ``sys.meta_path`` just before
 :class:`importlib.machinery.PathFinder`.  For a module the archive holds, it
 asks ``PathFinder`` which file plain import would use *now* (so ``sys.path``,
-``__path__`` edits, shadowing files and extension modules are honoured),
-and serves the archived code only when that is the archived file, loaded by
+``__path__`` edits, shadowing files and extension modules are honoured) --
+answered without reading a directory whose mtime is the one the dump run
+recorded (pycds._search) -- and serves the archived code only when that is the archived file, loaded by
 the stock ``SourceFileLoader``, and unchanged since the dump.  The spec it
 returns is PathFinder's own, with the loader swapped for an
 :class:`ArchiveLoader`: a ``SourceFileLoader`` whose ``get_code`` returns the
@@ -26,7 +27,7 @@ import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
 
 from . import _format as F
-from . import _log
+from . import _log, _search
 
 __all__ = ["CDSFinder", "ArchiveLoader", "install", "uninstall", "stats"]
 
@@ -40,6 +41,7 @@ _stats = {
     "open_ms": 0.0,
     "released_bytes": 0,
 }
+# (stats() adds "searches_replayed" and "prefetched".)
 
 # Bytes of heap read ahead after each load (native/prefetch.c): about 45
 # modules of a typical archive (~45 KiB per module), far more than a
@@ -56,15 +58,18 @@ def stats():
     ``released_bytes`` (heap given back after module bodies ran -- their code
     objects and what only those used -- or queued to be given back by the
     read-ahead thread once imports pause),
-    ``archive`` (path), ``modules_in_archive`` and ``prefetched`` (modules
+    ``archive`` (path), ``modules_in_archive``, ``prefetched`` (modules
     whose chunk the read-ahead thread had read and relocated before their
-    import)."""
+    import) and ``searches_replayed`` (modules found without reading a
+    directory: every directory of their search had the mtime the dump run
+    recorded, pycds._search)."""
     if _installed is not None:
         _installed.archive.release_finished()   # bring released_bytes up to date
     out = dict(_stats)
     out["fallbacks"] = dict(_stats["fallbacks"])
     native = _installed.archive._native if _installed is not None else None
     out["prefetched"] = native.prefetched() if native is not None else 0
+    out["searches_replayed"] = _search.replayed
     return out
 
 
@@ -301,7 +306,9 @@ class CDSFinder:
         if entry is None:
             _log.verbose(f"not in archive {fullname}", 2)
             return None
-        spec = PathFinder.find_spec(fullname, path, target)
+        # PathFinder's answer, from the dump run's directory stamps where
+        # they hold (pycds._search).
+        spec = _search.find_spec(fullname, path, target, entry.origin, entry.search)
         if spec is None:
             _fallback(fullname, "not found on the search path")
             return None
@@ -314,6 +321,10 @@ class CDSFinder:
         reason = _stale(entry, archive.check)
         if reason is not None:
             _fallback(fullname, reason)
+            if reason == "source is gone":
+                # Gone within the directory's mtime granularity: the
+                # listing replayed from the dump may be out of date.
+                spec = PathFinder.find_spec(fullname, path, target)
             return spec
         spec.loader = ArchiveLoader(fullname, spec.origin, entry, archive)
         return spec

@@ -1,18 +1,20 @@
 """TRACE: write the names of the modules a program imported, one a line.
 
 The list (``PYCDSLIST``) is the input of :func:`pycds._dump`.  Names are in
-import order (``sys.modules`` order); written atomically at exit.
+the order their imports started (pycds._import_order); written atomically at
+exit.
 """
 
 import os
 import sys
 
-from . import _log
+from . import _import_order, _log
 
 
 def module_names():
     """Names of the modules imported so far, ``__main__`` excluded."""
-    return [name for name in list(sys.modules) if name != "__main__"]
+    pairs = _import_order.in_start_order(list(sys.modules.items()))
+    return [name for name, _ in pairs if name != "__main__"]
 
 
 def write_list(path, names):

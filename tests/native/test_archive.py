@@ -69,7 +69,7 @@ def archive_of(codes, tmp_path, name="t.img"):
                                      0, 0, b"", None, 0, 0, 0, "default",
                                      c.chunk_off, c.chunk_len, c.root_off,
                                      c.reloc_first, c.reloc_count, c.checksum,
-                                     c.nobjects))
+                                     c.nobjects, None))
     heap, relocs = w.heap(), w.relocs()
     meta = F.meta_for_this_interpreter()
     meta["layout"] = N.layout_id()
