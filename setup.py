@@ -42,7 +42,8 @@ setup(
     ],
     install_requires=["cffi>=1.16", "numpy>=1.24", "ml_dtypes>=0.3", "safetensors>=0.4"],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "flask>=2", "boto3>=1.26"],
+        "test": ["pytest>=7", "hypothesis>=6", "flask>=2", "boto3>=1.26",
+                 "xxhash>=3"],   # the reference XXH64 for native/hash.c
         "examples": ["flask>=2", "boto3>=1.26"],
     },
     cmdclass={"build_py": BuildWithPTH},

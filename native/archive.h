@@ -2,8 +2,9 @@
  * (the read-ahead thread).  Private to the native module.
  *
  * Loading a module has two stages:
- *   stage 1 (pycds_chunk_stage1, no Python): pread the chunk into its place
- *           in the heap reservation and its relocation entries into a
+ *   stage 1 (pycds_chunk_stage1, no Python): pread the chunk's head and
+ *           tail into their places in the heap reservation (pycds_place)
+ *           and its relocation entries into a
  *           buffer, verify the checksum, apply the pointer relocations;
  *   stage 2 (loader.c, holding the GIL): re-interning, shared instances,
  *           frozensets, the per-process code-object work.
@@ -70,8 +71,11 @@ typedef struct {
 
 struct pycds_archive {
     int fd;
-    uint8_t *base;            /* anonymous reservation for the heap, or NULL */
+    uint8_t *base;            /* anonymous reservation for the heap, or NULL:
+                               * the heads' arena, then (on a page) the tails' */
+    uint8_t *tails;           /* the tails' arena */
     size_t map_len;
+    size_t page;
     uint64_t heap_off, heap_len;
     uint64_t reloc_off, reloc_count;
     uint32_t nmodules;
@@ -87,6 +91,15 @@ struct pycds_archive {
     pycds_fixups **fixups;    /* per READY module: what stage 1 handed over */
     PyObject **roots;         /* per LOADED module: its code object */
     uint8_t *keep_tail;       /* per LOADED module: fixups' tail_shared */
+    /* Placement (pycds_archive_place): per module, its head's offset in the
+     * heads' arena and its tail's in the tails' arena, plus one (0: not
+     * placed yet); bump offsets of the two arenas; per page of the tails'
+     * arena, the tail bytes on it not yet found dead (release.c). */
+    uint64_t *head_at, *tail_at;
+    uint64_t heads_used, tails_used;
+    uint32_t *tail_live;
+    size_t tail_pages;
+    int tail_count_broken;    /* an inconsistency seen: give back no more */
 
     /* read-ahead (prefetch.c) */
     uint64_t pf_window;       /* most bytes of heap read ahead; 0: off */
@@ -112,6 +125,11 @@ struct pycds_archive {
  * stage 2, freed with pycds_fixups_free(). */
 int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out);
 void pycds_fixups_free(pycds_fixups *f);
+
+/* loader.c: where module k's chunk lives, placing it on first use (then
+ * for good: a stage 1 redone after a failure reuses the place).  Takes
+ * a->mu; any thread. */
+void pycds_archive_place(pycds_archive *a, uint32_t k, pycds_place *out);
 
 /* loader.c: create a's mutex and condition variables (at open, and anew
  * in a forked child). */

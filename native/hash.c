@@ -52,33 +52,36 @@ merge(uint64_t acc, uint64_t val)
     return acc * P1 + P4;
 }
 
-uint64_t
-pycds_hash64(const void *data, size_t n, uint64_t seed)
+/* The four lanes over whole 32-byte stripes of p[0, count * 32). */
+static void
+stripes(uint64_t v[4], const uint8_t *p, size_t count)
 {
-    const uint8_t *p = (const uint8_t *)data;
-    const uint8_t *end = p + n;
-    uint64_t h;
+    for (size_t i = 0; i < count; i++, p += 32) {
+        v[0] = round1(v[0], read64(p));
+        v[1] = round1(v[1], read64(p + 8));
+        v[2] = round1(v[2], read64(p + 16));
+        v[3] = round1(v[3], read64(p + 24));
+    }
+}
 
+/* The digest of n bytes whose stripes went into v (if n >= 32) and whose
+ * last n % 32 bytes are rest. */
+static uint64_t
+finish(const uint64_t v[4], size_t n, const uint8_t *rest, uint64_t seed)
+{
+    uint64_t h;
     if (n >= 32) {
-        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
-        const uint8_t *limit = end - 32;
-        do {
-            v1 = round1(v1, read64(p));
-            v2 = round1(v2, read64(p + 8));
-            v3 = round1(v3, read64(p + 16));
-            v4 = round1(v4, read64(p + 24));
-            p += 32;
-        } while (p <= limit);
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = merge(h, v1);
-        h = merge(h, v2);
-        h = merge(h, v3);
-        h = merge(h, v4);
+        h = rotl64(v[0], 1) + rotl64(v[1], 7) + rotl64(v[2], 12) + rotl64(v[3], 18);
+        h = merge(h, v[0]);
+        h = merge(h, v[1]);
+        h = merge(h, v[2]);
+        h = merge(h, v[3]);
     }
     else {
         h = seed + P5;
     }
     h += (uint64_t)n;
+    const uint8_t *p = rest, *end = rest + n % 32;
     while (p + 8 <= end) {
         h ^= round1(0, read64(p));
         h = rotl64(h, 27) * P1 + P4;
@@ -100,4 +103,40 @@ pycds_hash64(const void *data, size_t n, uint64_t seed)
     h *= P3;
     h ^= h >> 32;
     return h;
+}
+
+uint64_t
+pycds_hash64(const void *data, size_t n, uint64_t seed)
+{
+    return pycds_hash64_2(data, n, NULL, 0, seed);
+}
+
+uint64_t
+pycds_hash64_2(const void *a, size_t na, const void *b, size_t nb, uint64_t seed)
+{
+    const uint8_t *pa = (const uint8_t *)a, *pb = (const uint8_t *)b;
+    uint64_t v[4] = {seed + P1 + P2, seed + P2, seed, seed - P1};
+    uint8_t buf[32];
+    size_t n = na + nb;
+    /* Whole stripes of a, then the stripe that spans a and b (through buf),
+     * then whole stripes of b; the last n % 32 bytes end up contiguous. */
+    stripes(v, pa, na / 32);
+    size_t ra = na % 32, rb = nb;
+    if (ra) {
+        memcpy(buf, pa + na - ra, ra);
+    }
+    if (ra + nb < 32) {
+        if (nb) {
+            memcpy(buf + ra, pb, nb);
+        }
+        return finish(v, n, buf, seed);
+    }
+    if (ra) {
+        memcpy(buf + ra, pb, 32 - ra);
+        stripes(v, buf, 1);
+        pb += 32 - ra;
+        rb -= 32 - ra;
+    }
+    stripes(v, pb, rb / 32);
+    return finish(v, n, pb + rb - rb % 32, seed);
 }

@@ -5,12 +5,17 @@
  * module: where its chunk and relocation entries are, and their checksum)
  * and reserves address space for the heap: an anonymous MAP_PRIVATE |
  * MAP_NORESERVE mapping, so nothing of the heap is read or allocated yet.
+ * It holds two arenas: one for the chunks' heads, one (from a page on) for
+ * their tails (pycds_place in pycds_internal.h); a module's chunk is placed
+ * at the end of each when it is first loaded, so loaded chunks are packed
+ * in load order and the tails given back after module bodies ran
+ * (release.c) fill whole pages.
  * pycds_archive_load() handles one module, once, in two stages
  * (archive.h); stage 1 may have run ahead on the read-ahead thread
  * (prefetch.c):
  *
  *   stage 1, no GIL:
- *   1. pread() the chunk into its place in the reservation and its relocation
+ *   1. pread() the chunk's head and tail into their places and its relocation
  *      entries into a buffer.  The bytes that are checked are the bytes that
  *      are used, and they are this process's own: a concurrent overwrite or
  *      truncation of the file can make a later load fail, never tear one or
@@ -19,11 +24,13 @@
  *      MAP_PRIVATE mapping -- truncate_pagecache() calls unmap_mapping_range()
  *      with even_cows=1 -- so `cp new.img app.img` would turn live code
  *      objects into SIGBUS or zero pages.  See docs/design-notes.md.)
- *   2. verify the XXH64 checksum (seeded with the archive's random id, so a
- *      chunk from another archive never passes);
+ *   2. verify the XXH64 checksum of the chunk as the writer wrote it (head
+ *      then tail; seeded with the archive's random id, so a chunk from
+ *      another archive never passes);
  *   3. apply the relocations, bounds-checking each: INTERNAL/INTERN/FROZENSET
- *      add the chunk's address, EXTERNAL adds the image anchor's and must
- *      land inside the interpreter image;
+ *      turn a chunk offset into the address of its head or tail copy,
+ *      EXTERNAL adds the image anchor's and must land inside the
+ *      interpreter image;
  *   stage 2, holding the GIL, on the importing thread:
  *   4. re-intern the strings the dump run had interned, and swap SINGLETON
  *      copies for the interpreter's shared instances (layout hooks);
@@ -173,8 +180,10 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
     a->fixups = calloc(n, sizeof(pycds_fixups *));
     a->keep_tail = calloc(n, 1);
     a->chunks = calloc(n, sizeof(pycds_chunk_rec));
+    a->head_at = calloc(n, sizeof(uint64_t));
+    a->tail_at = calloc(n, sizeof(uint64_t));
     if (a->state == NULL || a->roots == NULL || a->fixups == NULL || a->chunks == NULL
-        || a->keep_tail == NULL) {
+        || a->keep_tail == NULL || a->head_at == NULL || a->tail_at == NULL) {
         rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate module table");
         goto fail;
     }
@@ -208,8 +217,20 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
     if (rc) {
         goto fail;
     }
-    if (heap_len > 0) {
-        a->map_len = (size_t)heap_len;
+    /* The arenas: every head, then every tail (8-aligned), each arena
+     * rounded up to a page.  Both sums are at most heap_len plus 8 bytes a
+     * chunk (the table keeps chunks apart), far from overflowing. */
+    a->page = (size_t)page;
+    uint64_t heads = 0, tails = 0;
+    for (uint32_t k = 0; k < nmodules; k++) {
+        heads += a->chunks[k].root_off;
+        tails += (a->chunks[k].chunk_len - a->chunks[k].root_off + 7u) & ~(uint64_t)7u;
+    }
+    uint64_t pg = (uint64_t)page;
+    heads = (heads + pg - 1) / pg * pg;
+    tails = (tails + pg - 1) / pg * pg;
+    if (heads + tails > 0) {
+        a->map_len = (size_t)(heads + tails);
         void *m = mmap(NULL, a->map_len, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED) {
@@ -218,6 +239,15 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
             goto fail;
         }
         a->base = (uint8_t *)m;
+        a->tails = a->base + heads;
+        a->tail_pages = (size_t)(tails / pg);
+        a->tail_live = calloc(a->tail_pages ? a->tail_pages : 1, sizeof(uint32_t));
+        if (a->tail_live == NULL) {
+            munmap(a->base, a->map_len);
+            a->base = NULL;
+            rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the tail page table");
+            goto fail;
+        }
     }
     *out = a;
     return PYCDS_OK;
@@ -236,14 +266,43 @@ fail:
     free(a->fixups);
     free(a->keep_tail);
     free(a->chunks);
+    free(a->head_at);
+    free(a->tail_at);
     free(a);
     return rc;
 }
 
+void
+pycds_archive_place(pycds_archive *a, uint32_t k, pycds_place *out)
+{
+    const pycds_chunk_rec *c = &a->chunks[k];
+    pthread_mutex_lock(&a->mu);
+    if (a->tail_at[k] == 0) {
+        uint64_t tail_len = c->chunk_len - c->root_off;
+        a->head_at[k] = a->heads_used + 1;
+        a->tail_at[k] = a->tails_used + 1;
+        a->heads_used += c->root_off;
+        /* Count the tail's bytes on each page it spans (release.c). */
+        uint64_t lo = a->tails_used, hi = lo + tail_len, pg = a->page;
+        for (uint64_t p = lo / pg; p * pg < hi; p++) {
+            uint64_t from = p * pg > lo ? p * pg : lo;
+            uint64_t to = (p + 1) * pg < hi ? (p + 1) * pg : hi;
+            a->tail_live[p] += (uint32_t)(to - from);
+        }
+        a->tails_used += (tail_len + 7u) & ~(uint64_t)7u;
+    }
+    out->head = a->base + (a->head_at[k] - 1);
+    out->tail = a->tails + (a->tail_at[k] - 1);
+    pthread_mutex_unlock(&a->mu);
+    out->root_off = c->root_off;
+    out->len = c->chunk_len;
+}
+
 static int
-apply_relocations(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n)
+apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n)
 {
     uintptr_t anchor = pycds_image_anchor();
+    uint64_t len = p->len;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t e = rel[i];
         uint64_t slot = e & ~(uint32_t)7u;
@@ -252,8 +311,11 @@ apply_relocations(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n)
             return pycds_fail(PYCDS_E_CORRUPT, "relocation slot %llu outside chunk",
                               (unsigned long long)slot);
         }
+        /* 8-aligned, as root_off is: a slot is wholly in the head or the
+         * tail. */
+        uint8_t *at = pycds_place_at(p, slot);
         uint64_t v;
-        memcpy(&v, chunk + slot, sizeof(v));
+        memcpy(&v, at, sizeof(v));
         switch (kind) {
         case PYCDS_RELOC_INTERNAL:
         case PYCDS_RELOC_INTERN:
@@ -265,7 +327,7 @@ apply_relocations(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n)
                                   "relocation target %llu outside chunk",
                                   (unsigned long long)v);
             }
-            v += (uint64_t)(uintptr_t)chunk;
+            v = (uint64_t)(uintptr_t)pycds_place_at(p, v);
             break;
         case PYCDS_RELOC_EXTERNAL:
             v = (uint64_t)(anchor + (uintptr_t)(int64_t)v);
@@ -277,7 +339,7 @@ apply_relocations(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n)
         default:
             return pycds_fail(PYCDS_E_CORRUPT, "unknown relocation kind %d", kind);
         }
-        memcpy(chunk + slot, &v, sizeof(v));
+        memcpy(at, &v, sizeof(v));
     }
     return PYCDS_OK;
 }
@@ -321,7 +383,7 @@ intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
  * string to be interned (as unicode_hash() would on first use), so that
  * stage 2 spends its time in the interned dict only. */
 static int
-list_fixups(uint8_t *chunk, uint64_t len, uint64_t root_off, pycds_fixups *f)
+list_fixups(const pycds_place *p, pycds_fixups *f)
 {
     const uint32_t *rel = f->rel;
     uint64_t n = f->nrel, nstr = 0, nset = 0;
@@ -341,20 +403,22 @@ list_fixups(uint8_t *chunk, uint64_t len, uint64_t root_off, pycds_fixups *f)
         if (kind == PYCDS_RELOC_INTERNAL) {
             /* The writer's tail (release.c) is reached from before it only
              * through INTERN slots; a chunk that says otherwise keeps it. */
-            uint8_t *t = *(uint8_t **)(chunk + (e & ~(uint32_t)7u));
-            f->tail_shared |= (e & ~(uint32_t)7u) < root_off && t >= chunk + root_off;
+            uint8_t *t = *(uint8_t **)pycds_place_at(p, e & ~(uint32_t)7u);
+            f->tail_shared |= (e & ~(uint32_t)7u) < p->root_off
+                              && (uintptr_t)t >= (uintptr_t)p->tail
+                              && (uintptr_t)t - (uintptr_t)p->tail < p->len - p->root_off;
             continue;
         }
         if (kind == PYCDS_RELOC_EXTERNAL) {
             continue;
         }
-        PyObject *target = *(PyObject **)(chunk + (e & ~(uint32_t)7u));
+        PyObject *target = *(PyObject **)pycds_place_at(p, e & ~(uint32_t)7u);
         PyTypeObject *t = Py_TYPE(target);
         if (kind == PYCDS_RELOC_INTERN) {
             /* apply_relocations() put the target in the chunk; the string
-             * must fit there too before its code units are hashed. */
+             * must fit in its part too before its code units are hashed. */
             if (t != &PyUnicode_Type
-                || pycds_object_size(target, len - (uint64_t)((uint8_t *)target - chunk)) == 0) {
+                || pycds_object_size(target, pycds_place_room(p, target)) == 0) {
                 return pycds_fail(PYCDS_E_CORRUPT, "INTERN slot is not a str");
             }
             f->nintern++;
@@ -391,7 +455,7 @@ pycds_fixups_free(pycds_fixups *f)
 
 /* Stage 2: re-intern, shared instances, frozensets (GIL held). */
 static int
-fixup_objects(uint8_t *chunk, const pycds_fixups *f)
+fixup_objects(const pycds_place *p, const pycds_fixups *f)
 {
     size_t cap = 16;
     while (cap < 2 * f->nintern) {
@@ -404,7 +468,7 @@ fixup_objects(uint8_t *chunk, const pycds_fixups *f)
      * the very objects a fresh unmarshal would give it. */
     for (uint64_t i = 0; rc == PYCDS_OK && i < f->nstr; i++) {
         uint32_t e = f->fix[i];
-        PyObject **slot = (PyObject **)(chunk + (e & ~(uint32_t)7u));
+        PyObject **slot = (PyObject **)pycds_place_at(p, e & ~(uint32_t)7u);
         if ((e & 7u) == PYCDS_RELOC_SINGLETON) {
             rc = pycds_layout_use_singleton(slot);
         }
@@ -414,7 +478,7 @@ fixup_objects(uint8_t *chunk, const pycds_fixups *f)
     }
     free(memo);
     for (uint64_t i = f->nstr; rc == PYCDS_OK && i < f->nstr + f->nset; i++) {
-        PyObject **slot = (PyObject **)(chunk + (f->fix[i] & ~(uint32_t)7u));
+        PyObject **slot = (PyObject **)pycds_place_at(p, f->fix[i] & ~(uint32_t)7u);
         /* New reference, owned by the archive for good. */
         PyObject *fs = PyFrozenSet_New(*slot);
         if (fs == NULL) {
@@ -429,9 +493,14 @@ int
 pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out)
 {
     const pycds_chunk_rec *c = &a->chunks[k];
-    uint8_t *chunk = a->base + c->chunk_off;
+    pycds_place p;
+    pycds_archive_place(a, k, &p);
     *out = NULL;
-    int rc = read_full(a->fd, chunk, c->chunk_len, a->heap_off + c->chunk_off);
+    uint64_t at = a->heap_off + c->chunk_off;
+    int rc = read_full(a->fd, p.head, c->root_off, at);
+    if (rc == PYCDS_OK) {
+        rc = read_full(a->fd, p.tail, c->chunk_len - c->root_off, at + c->root_off);
+    }
     if (rc) {
         return rc;
     }
@@ -445,17 +514,18 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out)
     rc = read_full(a->fd, f->rel, rbytes,
                    a->reloc_off + c->reloc_first * sizeof(uint32_t));
     if (rc == PYCDS_OK) {
-        uint64_t h = pycds_hash64(chunk, c->chunk_len, a->seed);
+        uint64_t h = pycds_hash64_2(p.head, c->root_off, p.tail,
+                                    c->chunk_len - c->root_off, a->seed);
         h = pycds_hash64(f->rel, rbytes, h);
         if (h != c->checksum) {
             rc = pycds_fail(PYCDS_E_CORRUPT, "module checksum mismatch");
         }
     }
     if (rc == PYCDS_OK) {
-        rc = apply_relocations(chunk, c->chunk_len, f->rel, f->nrel);
+        rc = apply_relocations(&p, f->rel, f->nrel);
     }
     if (rc == PYCDS_OK) {
-        rc = list_fixups(chunk, c->chunk_len, c->root_off, f);
+        rc = list_fixups(&p, f);
     }
     if (rc) {
         pycds_fixups_free(f);
@@ -469,21 +539,21 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out)
 static int
 chunk_stage2(pycds_archive *a, uint32_t k, pycds_fixups *f, PyObject **root)
 {
-    const pycds_chunk_rec *c = &a->chunks[k];
-    uint8_t *chunk = a->base + c->chunk_off;
+    pycds_place p;
+    pycds_archive_place(a, k, &p);
     int rc = PYCDS_OK;
     if (a->verify) {
-        rc = pycds_verify_chunk(chunk, c->chunk_len, f->rel, f->nrel, c->root_off);
+        rc = pycds_verify_chunk(&p, f->rel, f->nrel);
     }
     if (rc == PYCDS_OK) {
-        rc = fixup_objects(chunk, f);
+        rc = fixup_objects(&p, f);
     }
     a->keep_tail[k] = (uint8_t)f->tail_shared;
     pycds_fixups_free(f);
     if (rc) {
         return rc;
     }
-    PyObject *co = (PyObject *)(chunk + c->root_off);
+    PyObject *co = (PyObject *)pycds_place_at(&p, p.root_off);
     if (!pycds_image_contains(Py_TYPE(co), sizeof(PyTypeObject))
         || !PyCode_Check(co)) {
         return pycds_fail(PYCDS_E_CORRUPT, "module root is not a code object");
@@ -611,6 +681,9 @@ pycds_archive_close(pycds_archive *a)
     free(a->fixups);
     free(a->keep_tail);
     free(a->chunks);
+    free(a->head_at);
+    free(a->tail_at);
+    free(a->tail_live);
     free(a->gb_q);
     free(a);
     return PYCDS_OK;

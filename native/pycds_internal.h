@@ -39,10 +39,54 @@ uintptr_t pycds_image_anchor(void);
 const char *pycds_image_build_id(void);   /* hex, or "" if none */
 const char *pycds_image_path(void);
 
+/* Where a loaded module's chunk lives.  Its head (chunk bytes [0, root_off):
+ * function code and what it may keep alive) and its tail ([root_off, len):
+ * the module code object, class bodies and what only they use, release.c)
+ * are placed apart (loader.c), each packed with the heads or the tails of
+ * the modules loaded before it, so that the tails given back once module
+ * bodies ran make whole pages.  No object spans the two: the writer starts
+ * the tail with the module code object, and both offsets are multiples of
+ * 8.  Chunk offsets (relocation slots and targets) map to addresses with
+ * pycds_place_at(). */
+typedef struct {
+    uint8_t *head, *tail;
+    uint64_t root_off, len;
+} pycds_place;
+
+static inline uint8_t *
+pycds_place_at(const pycds_place *p, uint64_t off)
+{
+    return off < p->root_off ? p->head + off : p->tail + (off - p->root_off);
+}
+
+/* Bytes from ptr to the end of the part (head or tail) holding it; 0 when
+ * ptr is in neither. */
+static inline uint64_t
+pycds_place_room(const pycds_place *p, const void *ptr)
+{
+    uintptr_t q = (uintptr_t)ptr;
+    uintptr_t h = (uintptr_t)p->head, t = (uintptr_t)p->tail;
+    if (q >= h && q - h < p->root_off) {
+        return p->root_off - (q - h);
+    }
+    if (q >= t && q - t < p->len - p->root_off) {
+        return p->len - p->root_off - (q - t);
+    }
+    return 0;
+}
+
+/* The chunk offset of ptr, which pycds_place_room() says is in the chunk. */
+static inline uint64_t
+pycds_place_off(const pycds_place *p, const void *ptr)
+{
+    uintptr_t q = (uintptr_t)ptr, h = (uintptr_t)p->head;
+    return q >= h && q - h < p->root_off ? q - h
+           : p->root_off + (q - (uintptr_t)p->tail);
+}
+
 /* verify.c: the deep structural check of a chunk whose relocations were
  * applied (loader.c runs it when the archive's verify flag is on).  GIL. */
-int pycds_verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel,
-                       uint64_t n, uint64_t root_off);
+int pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n);
 /* Size in bytes of the chunk object op (of a type a chunk holds), or 0 if
  * its header is not that of a well-formed object fitting in avail bytes.
  * Reads only op's header; no GIL needed. */

@@ -75,6 +75,9 @@ const char *pycds_build_version(void);
 
 /* 64-bit hash (XXH64 algorithm) of n bytes with a seed. Pure, no GIL. */
 uint64_t pycds_hash64(const void *data, size_t n, uint64_t seed);
+/* XXH64 of the concatenation a[0, na) || b[0, nb), without making it. */
+uint64_t pycds_hash64_2(const void *a, size_t na, const void *b, size_t nb,
+                        uint64_t seed);
 
 /* Identity of the running interpreter image and object layout, written as
  * text into buf (at most cap bytes, NUL-terminated).  It changes whenever

@@ -25,16 +25,18 @@
  *   3. what the interpreter holds of a dead code object without a count is
  *      dropped as code_dealloc would (pycds_layout_forget_code: 3.13's
  *      function version cache);
- *   4. every whole page of the tail that holds no byte of an alive object
- *      goes back to the kernel: madvise(MADV_DONTNEED) on the private
+ *   4. the dead bytes are taken off the counts of the tails' arena pages
+ *      they lie on (loader.c packs the tails of loaded modules there, in
+ *      load order, and counts each page's tail bytes), and every page left
+ *      with none -- all the tails on it dead, whichever modules they are
+ *      of -- goes back to the kernel: madvise(MADV_DONTNEED) on the private
  *      anonymous reservation (a later read would see zeros; nothing reads).
+ *      A page the arena may still grow into is kept.
  * Anything unexpected -- a pointer from before the tail into it other than
  * an INTERN slot (loader.c, list_fixups), an object in the walk that is not
  * one a chunk holds, a pointer into the middle of one -- keeps the whole
  * tail: a re-signed archive that breaks the writer's layout loses memory,
- * never objects.  The tail's first page, shared with the module's other
- * objects, stays; its last is the module's own when the next chunk starts
- * on a page (as the writer lays chunks out after a tail of a page or more).  A released module is never
+ * never objects.  A released module is never
  * handed out again (pycds_archive_load says so; the loader then compiles it
  * from its .pyc, as for importlib.reload()).
  */
@@ -46,28 +48,27 @@
 #include <unistd.h>
 
 typedef struct {
-    uint32_t start;   /* chunk offset of the object's memory (its GC header) */
-    uint32_t obj;     /* chunk offset of the PyObject */
-    uint32_t end;     /* chunk offset after it (8-aligned) */
+    uint32_t start;   /* tail offset of the object's memory (its GC header) */
+    uint32_t obj;     /* tail offset of the PyObject */
+    uint32_t end;     /* tail offset after it (8-aligned) */
     uint32_t alive;
 } tail_obj;
 
-/* Split [from, len) of chunk into objects; 0 on success, -1 if it is not a
+/* Split the len bytes at tail into objects; 0 on success, -1 if it is not a
  * tail as the writer lays it out (the caller keeps the memory then). */
 static int
-walk_tail(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj **out,
-          size_t *count)
+walk_tail(uint8_t *tail, uint64_t len, tail_obj **out, size_t *count)
 {
     size_t cap = 64, n = 0;
     tail_obj *v = malloc(cap * sizeof(*v));
     if (v == NULL) {
         return -1;
     }
-    uint64_t p = from;
+    uint64_t p = 0;
     while (p < len) {
         uint64_t start = p;
         uint64_t word;
-        memcpy(&word, chunk + p, sizeof(word));
+        memcpy(&word, tail + p, sizeof(word));
         int gc = word == 0;    /* an object starts with a nonzero count */
         if (gc) {
             p += 2 * sizeof(uintptr_t);   /* PyGC_Head */
@@ -75,7 +76,7 @@ walk_tail(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj **out,
                 goto bad;
             }
         }
-        PyObject *op = (PyObject *)(chunk + p);
+        PyObject *op = (PyObject *)(tail + p);
         size_t size = pycds_object_size(op, len - p);
         if (size == 0 || gc != PyTuple_CheckExact(op)
             || (n == 0 && !PyCode_Check(op))) {
@@ -108,7 +109,7 @@ bad:
     return -1;
 }
 
-/* The tail object whose PyObject is at chunk offset off, or NULL. */
+/* The tail object whose PyObject is at tail offset off, or NULL. */
 static tail_obj *
 find_obj(tail_obj *v, size_t n, uint64_t off)
 {
@@ -127,11 +128,11 @@ find_obj(tail_obj *v, size_t n, uint64_t off)
 
 /* Mark tail object o alive and queue it if it refers to others. */
 static void
-mark(tail_obj *o, tail_obj *v, uint8_t *chunk, size_t *stack, size_t *depth)
+mark(tail_obj *o, tail_obj *v, uint8_t *tail, size_t *stack, size_t *depth)
 {
     if (!o->alive) {
         o->alive = 1;
-        PyObject *op = (PyObject *)(chunk + o->obj);
+        PyObject *op = (PyObject *)(tail + o->obj);
         if (PyTuple_CheckExact(op) || PyCode_Check(op)) {
             stack[(*depth)++] = (size_t)(o - v);    /* each queued once */
         }
@@ -142,21 +143,21 @@ mark(tail_obj *o, tail_obj *v, uint8_t *chunk, size_t *stack, size_t *depth)
  * (NULL outside the tail), or -1 if it points inside the tail but not at
  * an object (not this writer's layout). */
 static int
-target(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj *v, size_t n,
-       PyObject *child, tail_obj **o)
+target(uint8_t *tail, uint64_t len, tail_obj *v, size_t n, PyObject *child,
+       tail_obj **o)
 {
-    uint8_t *p = (uint8_t *)child;
+    uintptr_t p = (uintptr_t)child;
     *o = NULL;
-    if (p < chunk + from || p >= chunk + len) {
+    if (p < (uintptr_t)tail || p - (uintptr_t)tail >= len) {
         return 0;
     }
-    *o = find_obj(v, n, (uint64_t)(p - chunk));
+    *o = find_obj(v, n, (uint64_t)(p - (uintptr_t)tail));
     return *o != NULL ? 0 : -1;
 }
 
 /* Mark what step 2 says is alive; 0, or -1 to keep the whole tail. */
 static int
-mark_alive(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj *v, size_t n)
+mark_alive(uint8_t *tail, uint64_t len, tail_obj *v, size_t n)
 {
     Py_ssize_t base = pycds_layout_tail_refcnt();
     const pycds_code_field *fields;
@@ -167,7 +168,7 @@ mark_alive(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj *v, size_t n)
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        PyObject *op = (PyObject *)(chunk + v[i].obj);
+        PyObject *op = (PyObject *)(tail + v[i].obj);
         Py_ssize_t rc = Py_REFCNT(op);
         int alive;
         if (PyUnicode_CheckExact(op)) {
@@ -181,27 +182,27 @@ mark_alive(uint8_t *chunk, uint64_t from, uint64_t len, tail_obj *v, size_t n)
             alive = rc != base;
         }
         if (alive) {
-            mark(&v[i], v, chunk, stack, &depth);
+            mark(&v[i], v, tail, stack, &depth);
         }
     }
     int ret = 0;
     while (depth > 0 && ret == 0) {
-        PyObject *op = (PyObject *)(chunk + v[stack[--depth]].obj);
+        PyObject *op = (PyObject *)(tail + v[stack[--depth]].obj);
         tail_obj *o;
         if (PyTuple_CheckExact(op)) {
             for (Py_ssize_t k = 0; ret == 0 && k < PyTuple_GET_SIZE(op); k++) {
-                ret = target(chunk, from, len, v, n, PyTuple_GET_ITEM(op, k), &o);
+                ret = target(tail, len, v, n, PyTuple_GET_ITEM(op, k), &o);
                 if (o != NULL) {
-                    mark(o, v, chunk, stack, &depth);
+                    mark(o, v, tail, stack, &depth);
                 }
             }
         }
         else {
             for (size_t k = 0; ret == 0 && k < nfields; k++) {
                 PyObject *child = *(PyObject **)((char *)op + fields[k].offset);
-                ret = target(chunk, from, len, v, n, child, &o);
+                ret = target(tail, len, v, n, child, &o);
                 if (o != NULL) {
-                    mark(o, v, chunk, stack, &depth);
+                    mark(o, v, tail, stack, &depth);
                 }
             }
         }
@@ -218,25 +219,57 @@ pycds_release_pages(pycds_archive *a, uintptr_t lo, size_t len)
         : madvise((void *)lo, len, MADV_DONTNEED);
 }
 
-/* Give back the whole pages in [lo, hi): on the read-ahead thread, once
- * the imports pause, when there is one (prefetch.c: each call costs ~10 us
- * and a TLB flush on every CPU the program runs on), else now.  A failure
- * leaves the pages where they are. */
+/* Give back the pages [lo, hi) of the tails' arena (byte offsets, whole
+ * pages): on the read-ahead thread, once the imports pause, when there is
+ * one (prefetch.c: each call costs ~10 us and a TLB flush on every CPU the
+ * program runs on), else now.  A failure leaves the pages where they are. */
 static uint64_t
-give_back(pycds_archive *a, uint8_t *lo, uint8_t *hi, uintptr_t page)
+give_back(pycds_archive *a, uint64_t lo, uint64_t hi)
 {
-    uintptr_t p0 = ((uintptr_t)lo + page - 1) & ~(page - 1);
-    uintptr_t p1 = (uintptr_t)hi & ~(page - 1);
-    if (p1 <= p0) {
-        return 0;
-    }
+    uintptr_t p0 = (uintptr_t)(a->tails + lo);
+    size_t len = (size_t)(hi - lo);
     /* PROTECT (tests) at once, so that any later use faults. */
     int queued = a->release_mode != PYCDS_RELEASE_PROTECT
-        && pycds_prefetch_give_back(a, p0, p1 - p0);
-    if (!queued && pycds_release_pages(a, p0, p1 - p0) != 0) {
+        && pycds_prefetch_give_back(a, p0, len);
+    if (!queued && pycds_release_pages(a, p0, len) != 0) {
         return 0;
     }
-    return (uint64_t)(p1 - p0);
+    return (uint64_t)len;
+}
+
+/* The tail bytes [lo, hi) of the tails' arena (offsets) are dead: take
+ * them off the counts of their pages, and give back the pages left with no
+ * live tail byte that the arena will not grow into (below tails_used).
+ * Those are consecutive: every page inside [lo, hi) and, if their counts
+ * reached zero, the two it ends on.  Returns the bytes given back. */
+static uint64_t
+dead(pycds_archive *a, uint64_t lo, uint64_t hi)
+{
+    if (hi <= lo) {
+        return 0;
+    }
+    uint64_t pg = a->page, first = UINT64_MAX, last = 0;
+    pthread_mutex_lock(&a->mu);
+    for (uint64_t p = lo / pg; p * pg < hi && !a->tail_count_broken; p++) {
+        uint64_t from = p * pg > lo ? p * pg : lo;
+        uint64_t to = (p + 1) * pg < hi ? (p + 1) * pg : hi;
+        if (p >= a->tail_pages || a->tail_live[p] < to - from) {
+            /* Never with the loader's counts: stop giving back. */
+            a->tail_count_broken = 1;
+            break;
+        }
+        a->tail_live[p] -= (uint32_t)(to - from);
+        if (a->tail_live[p] == 0 && (p + 1) * pg <= a->tails_used) {
+            first = first < p ? first : p;
+            last = p;
+        }
+    }
+    int broken = a->tail_count_broken;
+    pthread_mutex_unlock(&a->mu);
+    if (broken || first > last) {
+        return 0;
+    }
+    return give_back(a, first * pg, (last + 1) * pg);
 }
 
 int
@@ -253,19 +286,11 @@ pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
     if (a->release_mode == PYCDS_RELEASE_OFF || !pycds_layout_tail_walkable()) {
         return PYCDS_OK;
     }
-    long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0) {
+    if (a->base == NULL) {
         return PYCDS_OK;
     }
-    const pycds_chunk_rec *c = &a->chunks[module_no];
-    uint8_t *chunk = a->base + c->chunk_off;
-    /* The tail may run up to where the next chunk starts: after a tail of
-     * a page or more the next chunk starts on a page (writer.c), and the
-     * gap before it is no one's. */
-    uint64_t limit = module_no + 1 < a->nmodules
-        ? a->chunks[module_no + 1].chunk_off : a->heap_len;
-    uintptr_t first = ((uintptr_t)(chunk + c->root_off) + (uintptr_t)page - 1)
-                      & ~((uintptr_t)page - 1);
+    pycds_place p;
+    uint64_t len = 0, at = 0;
     tail_obj *v = NULL;
     size_t n = 0;
     PyGILState_STATE g = PyGILState_Ensure();
@@ -274,28 +299,31 @@ pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
     pthread_mutex_lock(&a->mu);
     int loaded = a->state[module_no] == MOD_LOADED;
     pthread_mutex_unlock(&a->mu);
-    if (!loaded || a->keep_tail[module_no]
-        || a->roots[module_no] != (PyObject *)(chunk + c->root_off)
-        || first + (uintptr_t)page > (uintptr_t)(a->base + limit)
-        || walk_tail(chunk, c->root_off, c->chunk_len, &v, &n) != 0) {
-        /* Also when no whole page could be given back: a small tail. */
+    if (!loaded || a->keep_tail[module_no]) {
         goto done;
     }
-    if (mark_alive(chunk, c->root_off, c->chunk_len, v, n) == 0) {
+    pycds_archive_place(a, module_no, &p);     /* placed when it loaded */
+    len = p.len - p.root_off;
+    at = (uint64_t)(p.tail - a->tails);        /* in the tails' arena */
+    if (a->roots[module_no] != (PyObject *)p.tail
+        || walk_tail(p.tail, len, &v, &n) != 0) {
+        goto done;
+    }
+    if (mark_alive(p.tail, len, v, n) == 0) {
         for (size_t i = 0; i < n; i++) {
-            PyObject *op = (PyObject *)(chunk + v[i].obj);
+            PyObject *op = (PyObject *)(p.tail + v[i].obj);
             if (!v[i].alive && PyCode_Check(op)) {
                 pycds_layout_forget_code(op);
             }
         }
-        uint8_t *from = chunk + c->root_off;
+        uint64_t from = 0;
         for (size_t i = 0; i < n; i++) {
             if (v[i].alive) {
-                *released += give_back(a, from, chunk + v[i].start, (uintptr_t)page);
-                from = chunk + v[i].end;
+                *released += dead(a, at + from, at + v[i].start);
+                from = v[i].end;
             }
         }
-        *released += give_back(a, from, a->base + limit, (uintptr_t)page);
+        *released += dead(a, at + from, at + len);
         /* Not handed out again, even if it or its page stayed (its module
          * is then compiled from the .pyc, as importlib.reload() would). */
         a->roots[module_no] = NULL;

@@ -37,8 +37,7 @@ enum { SLOT_NONE = 0 };   /* else kind + 1 */
 #endif
 
 typedef struct {
-    uint8_t *chunk;
-    uint64_t len;
+    const pycds_place *p;     /* the chunk's head and tail */
     uint8_t *slot_kind;       /* per 8-byte word: SLOT_NONE or kind + 1 */
     uint8_t *seen;            /* per 8-byte word: object visited */
     PyObject **stack;
@@ -57,7 +56,7 @@ is_value_type(PyTypeObject *t)
 static int
 inside(const verifier *v, const void *p)
 {
-    return (const uint8_t *)p >= v->chunk && (const uint8_t *)p < v->chunk + v->len;
+    return pycds_place_room(v->p, p) > 0;
 }
 
 /* Size in bytes of the chunk object op, or 0 if its header is not that of
@@ -142,8 +141,9 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
         }
         return PYCDS_OK;
     }
-    uint64_t off = (uint64_t)((uint8_t *)p - v->chunk);
-    if (off % 8 != 0 || off + sizeof(PyObject) > v->len) {
+    uint64_t off = pycds_place_off(v->p, p);
+    uint64_t room = pycds_place_room(v->p, p);
+    if (off % 8 != 0 || room < sizeof(PyObject)) {
         return pycds_fail(PYCDS_E_CORRUPT, "object at %llu is misplaced",
                           (unsigned long long)off);
     }
@@ -162,16 +162,18 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
         return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong type",
                           (unsigned long long)off);
     }
-    size_t size = pycds_object_size(p, v->len - off);
+    size_t size = pycds_object_size(p, room);
     if (size == 0) {
         return pycds_fail(PYCDS_E_CORRUPT, "object at %llu is malformed or "
                           "does not fit in its chunk", (unsigned long long)off);
     }
     if (t == &PyTuple_Type) {
-        /* GC header before the object: in the chunk and untracked. */
+        /* GC header before the object: in the same part of the chunk and
+         * untracked. */
         uint64_t gc = 2 * sizeof(uintptr_t);
         uint64_t zero[2] = {0, 0};
-        if (off < gc || memcmp(v->chunk + off - gc, zero, gc) != 0) {
+        uint64_t in_part = off < v->p->root_off ? off : off - v->p->root_off;
+        if (in_part < gc || memcmp((uint8_t *)p - gc, zero, gc) != 0) {
             return pycds_fail(PYCDS_E_CORRUPT, "tuple at %llu has a bad GC header",
                               (unsigned long long)off);
         }
@@ -203,7 +205,7 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
 static int
 check_field(verifier *v, PyObject **field, PyTypeObject *want)
 {
-    uint64_t off = (uint64_t)((uint8_t *)field - v->chunk);
+    uint64_t off = pycds_place_off(v->p, field);
     uint8_t k = v->slot_kind[off / 8];
     if (off % 8 != 0 || k == SLOT_NONE
         || (want != NULL && k == PYCDS_RELOC_FROZENSET + 1)) {
@@ -230,12 +232,11 @@ check_items(verifier *v, PyObject *t, PyTypeObject *want)
 }
 
 int
-pycds_verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n,
-             uint64_t root_off)
+pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n)
 {
+    uint64_t len = p->len;
     uint8_t *maps = calloc(2 * (len / 8 + 1), 1);
-    verifier v = {chunk, len, maps, maps ? maps + len / 8 + 1 : NULL,
-                  NULL, 0, 0};
+    verifier v = {p, maps, maps ? maps + len / 8 + 1 : NULL, NULL, 0, 0};
     int rc = PYCDS_OK;
     if (maps == NULL) {
         rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the check maps");
@@ -249,10 +250,10 @@ pycds_verify_chunk(uint8_t *chunk, uint64_t len, const uint32_t *rel, uint64_t n
         }
         v.slot_kind[w] = (uint8_t)((rel[i] & 7u) + 1);
     }
-    rc = check_target(&v, (PyObject *)(chunk + root_off), &PyCode_Type);
+    rc = check_target(&v, (PyObject *)pycds_place_at(p, p->root_off), &PyCode_Type);
     for (uint64_t i = 0; rc == PYCDS_OK && i < n; i++) {
         int kind = (int)(rel[i] & 7u);
-        PyObject **slot = (PyObject **)(chunk + (rel[i] & ~(uint32_t)7u));
+        PyObject **slot = (PyObject **)pycds_place_at(p, rel[i] & ~(uint32_t)7u);
         if (kind == PYCDS_RELOC_INTERN) {
             rc = check_target(&v, *slot, &PyUnicode_Type);
         }

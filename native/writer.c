@@ -26,8 +26,10 @@
  *   2. what the code objects that run once (the module's, its class bodies)
  *      reach that may live on after they ran: constants (str, int, float,
  *      complex: globals, class attributes, default arguments, dict
- *      entries) and interned strings no earlier chunk holds (most become
- *      the interpreter's interned strings);
+ *      entries), interned strings no earlier chunk holds (most become the
+ *      interpreter's interned strings), and the constant tuples they hand
+ *      to something that may keep them (defaults, __slots__, globals:
+ *      place_kept_tuples);
  *   3. the module code object (root_off), its class bodies and the rest of
  *      what only they reach -- bytecode, line and exception tables, names
  *      and constant tuples -- then the interned strings an earlier chunk
@@ -36,9 +38,9 @@
  *      copies are dead.
  * Parts 1 and 2 never point into part 3 except through INTERN slots (part 1
  * is closed: all it reaches is copied with it); part 3 is the module's
- * "tail", from root_off to the end of the chunk.  A chunk that follows a
- * tail of a page or more starts on a page (PYCDS_CHUNK_ALIGN), so that
- * tail's last page is the module's own.  Tail objects get the mortal
+ * "tail", from root_off to the end of the chunk (the loader places it apart
+ * from the rest, with the other modules' tails: loader.c).  Tail objects
+ * get the mortal
  * reference count of layout.c's set_refcnt (pycds_w_in_tail), so the loader
  * can tell which of them anything holds.
  *
@@ -46,12 +48,12 @@
  * walks them.  Structure after marshal.c's WFILE / w_object.
  */
 #include "pycds_internal.h"
+#include "opcode.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define CHUNK_LIMIT ((uint64_t)1 << 32)   /* relocation entries are 32-bit */
-#define PYCDS_CHUNK_ALIGN 4096            /* a page on the usual Linux systems */
 
 typedef struct {
     PyObject *key;
@@ -82,7 +84,6 @@ struct pycds_writer {
     size_t npending, pcap;
     addr_table seen;          /* interned strs earlier chunks hold (owned refs) */
     uint64_t tail_start;      /* heap offset where the chunk's tail starts */
-    uint64_t last_tail;       /* ... of the chunk written last */
     PyObject *keepalive;      /* proxies whose addresses must not be reused */
 };
 
@@ -497,6 +498,93 @@ place_early(pycds_writer *w, PyObject *op, int depth, long *budget)
     return PYCDS_OK;
 }
 
+/* Whether an instruction with opcode op, right after the LOAD_CONST of a
+ * tuple, is done with the tuple once it ran (opcode.h of this version):
+ * an import's from-list, `in`, iteration, the items of a list or set
+ * display, the keys of a dict display, a call's keyword names. */
+static int
+drops_tuple(int op)
+{
+    switch (op) {
+    case IMPORT_NAME:
+    case CONTAINS_OP:
+    case GET_ITER:
+    case LIST_EXTEND:
+    case SET_UPDATE:
+#ifdef BUILD_CONST_KEY_MAP
+    case BUILD_CONST_KEY_MAP:
+#endif
+#ifdef CALL_FUNCTION_KW
+    case CALL_FUNCTION_KW:
+#endif
+#ifdef CALL_KW
+    case CALL_KW:
+#endif
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+#ifdef CACHE
+#  define PYCDS_OP_CACHE CACHE       /* inline cache entries (3.11+) */
+#else
+#  define PYCDS_OP_CACHE (-1)
+#endif
+
+/* Part 2, containers: the constant tuples that a code object that runs
+ * once loads and hands to anything that may keep them -- a function's
+ * defaults or annotations, a global, a class attribute (__slots__), a call
+ * -- are copied whole.  One such tuple left in the tail and alive would
+ * keep a page of the tails' arena from going back (release.c); a few
+ * thousand of them did, for numpy, flask and boto3.  Only the uses that
+ * drops_tuple() knows leave a tuple to the tail.  Read from co_code (the
+ * deoptimised bytecode on 3.11+): 2-byte units, EXTENDED_ARG prefixes,
+ * CACHE entries skipped. */
+static int
+place_kept_tuples(pycds_writer *w, PyObject *code, int depth)
+{
+    PyObject *consts = ((PyCodeObject *)code)->co_consts;
+    PyObject *bytes = PyObject_GetAttrString(code, "co_code");
+    if (bytes == NULL) {
+        return pycds_fail_python("reading co_code");
+    }
+    int rc = PYCDS_OK;
+    if (PyBytes_CheckExact(bytes) && PyTuple_CheckExact(consts)) {
+        const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(bytes);
+        Py_ssize_t n = PyBytes_GET_SIZE(bytes) / 2;
+        uint32_t arg = 0;
+        for (Py_ssize_t i = 0; rc == PYCDS_OK && i < n; i++) {
+            int op = b[2 * i];
+            arg = (arg << 8) | b[2 * i + 1];
+            if (op == EXTENDED_ARG) {
+                continue;
+            }
+            uint32_t full = arg;
+            arg = 0;
+            if (op != LOAD_CONST || full >= (uint32_t)PyTuple_GET_SIZE(consts)) {
+                continue;
+            }
+            PyObject *t = PyTuple_GET_ITEM(consts, full);
+            uint64_t off;
+            if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) == 0
+                || pycds_image_contains(t, sizeof(PyObject)) || memo_get(w, t, &off)) {
+                continue;
+            }
+            int next = -1;
+            for (Py_ssize_t j = i + 1; j < n && next < 0; j++) {
+                int o = b[2 * j];
+                next = o == EXTENDED_ARG || o == PYCDS_OP_CACHE ? -1 : o;
+            }
+            if (next < 0 || !drops_tuple(next)) {
+                rc = copy_object(w, t, depth, &off);
+            }
+        }
+    }
+    Py_DECREF(bytes);
+    return rc;
+}
+
 static int
 place_part2(pycds_writer *w, PyObject *code, int depth, long *budget)
 {
@@ -508,6 +596,10 @@ place_part2(pycds_writer *w, PyObject *code, int depth, long *budget)
         if (rc) {
             return rc;
         }
+    }
+    int rc = place_kept_tuples(w, code, depth + 1);
+    if (rc) {
+        return rc;
     }
     /* Class bodies: checked for depth by copy_part1. */
     PyObject *consts = ((PyCodeObject *)code)->co_consts;
@@ -572,12 +664,8 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info)
                         Py_TYPE(co)->tp_name);
         goto done;
     }
-    /* After a tail of a page or more, start on a page: the tail's last page
-     * is then its module's own (release.c); after a smaller one, whose
-     * pages are shared with the rest of its chunk anyway, padding would be
-     * memory for nothing.  The gap is zeros. */
-    size_t align = w->len - w->last_tail >= PYCDS_CHUNK_ALIGN ? PYCDS_CHUNK_ALIGN : 8;
-    size_t start = (w->len + align - 1) & ~(align - 1);
+    /* 8-aligned; the gap is zeros. */
+    size_t start = (w->len + 7u) & ~(size_t)7u;
     rc = grow((void **)&w->heap, &w->cap, start, 1);
     if (rc) {
         goto done;
@@ -607,7 +695,6 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info)
     if (rc) {
         goto done;
     }
-    w->last_tail = w->tail_start;
     info->chunk_off = w->chunk_start;
     info->chunk_len = w->len - w->chunk_start;
     info->root_off = root - w->chunk_start;

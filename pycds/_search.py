@@ -3,23 +3,28 @@
 To serve a module, the finder must know that plain import would load the
 archived file now: ``PathFinder.find_spec`` walks the search path (``sys.path``
 or the parent package's ``__path__``), and each directory's ``FileFinder``
-stats the directory, re-reads its listing when its mtime moved, and looks the
-name up (importlib/_bootstrap_external.py, 3.10-3.13).  That walk was the
-largest part of what a SHARE import costs beyond executing the module body.
+stats the directory, re-reads its listing when its mtime moved, looks the
+name up, and checks the candidates it lists (``name/__init__<suffix>``
+files, ``name<suffix>`` files: importlib/_bootstrap_external.py, 3.10-3.13).
+That walk was the largest part of what a SHARE import costs beyond executing
+the module body.
 
 A DUMP run records, per module, the directories that search examines up to
-the one holding the module, each with the directory's ``st_mtime_ns``
-(:func:`record`; none for a directory modified in the last two seconds,
-which a later change could leave with the same mtime).  A SHARE run
-(:func:`find_spec`) skips a directory whose mtime is unchanged -- its listing
-is the one the dump run searched, the very test ``FileFinder`` uses to trust
-its own cached listing -- and asks the directory's ``FileFinder`` as plain
-import does when it has changed (the directory the archive was written to,
-say).  When
-the stamps of every directory hold, the spec is built as ``FileFinder`` builds
-it (``spec_from_file_location``, same arguments) without reading a
-directory; in every other case (another search path, a replaced path hook
-or path importer cache entry, ``-vv``), the answer is ``PathFinder``'s.
+the one holding the module, each with a *stamp*: the directory's mtime,
+ctime, inode and device (:class:`Recorder`).  A directory gets no stamp --
+it is asked at every search -- when anything in it bears a name the search
+looks at other than the archived file itself (a ``name/`` folder whose
+``__init__`` may appear, a symlink whose target may appear: the listing would
+not change), or when it changed in the two seconds before the record (a
+later change within the file system's timestamp granularity could leave the
+same times).  A SHARE run (:func:`find_spec`) skips a directory whose stamp
+holds -- its listing is the one the dump searched, and nothing in it could
+answer -- and asks the directory's ``FileFinder``, as plain import does,
+when it does not.  When every stamp holds, the spec is built as
+``FileFinder`` builds it (``spec_from_file_location``, same arguments)
+without reading a directory.  Any other case (another search path, a path
+importer cache entry that is not a standard ``FileFinder``, PathFinder or
+FileFinder replaced by the program, ``-vv``) gets ``PathFinder``'s answer.
 
 Imports only builtins and importlib's bootstrap (loaded at start-up).
 """
@@ -31,107 +36,147 @@ from _frozen_importlib_external import (FileFinder, PathFinder,
                                         _get_supported_file_loaders,
                                         spec_from_file_location)
 
-__all__ = ["record", "find_spec", "replayed"]
+__all__ = ["Recorder", "find_spec", "replayed"]
 
 # FileFinder's (suffix, loader) pairs as its default path hook makes them
 # (FileFinder.__init__ and _install in _bootstrap_external.py).
 _LOADERS = [(suffix, loader) for loader, suffixes in _get_supported_file_loaders()
             for suffix in suffixes]
+_INITS = frozenset("__init__" + suffix for suffix, _ in _LOADERS)
 _MISSING = object()
 # Under -vv FileFinder prints each file it tries; replaying would not.
 _REPLAY = sys.flags.verbose < 2
+# The methods whose answer is replayed: a program that replaces one of them
+# gets them called.
+_ORIGINALS = ((PathFinder, "find_spec", PathFinder.__dict__["find_spec"]),
+              (PathFinder, "_get_spec", PathFinder.__dict__["_get_spec"]),
+              (PathFinder, "_path_importer_cache",
+               PathFinder.__dict__["_path_importer_cache"]),
+              (FileFinder, "find_spec", FileFinder.__dict__["find_spec"]))
 
-# A directory modified this recently when the dump records it gets no stamp:
+# A directory changed this recently when the dump records it gets no stamp:
 # a later change within the file system's timestamp granularity (1 s on
-# ext3, 2 s on FAT; coarse clock ticks elsewhere) would leave its mtime
-# as recorded.  Git's index treats "racily clean" files the same way.
+# ext3, 2 s on FAT; coarse clock ticks elsewhere) could leave its times as
+# recorded.  Git's index treats "racily clean" files the same way.
 _RACY_NS = 2_000_000_000
 
 # Modules whose search this process answered from the stamps alone.
 replayed = 0
 
 
-def _file_finder(entry):
-    """The standard FileFinder of search path entry ``entry`` (a str), or
-    None when it has none (no such directory), or _MISSING when plain import
-    would use something else for it."""
-    finder = PathFinder._path_importer_cache(entry)
-    if finder is None:
-        return None
-    if type(finder) is not FileFinder or finder._loaders != _LOADERS:
-        return _MISSING
-    return finder
-
-
-def _mtime(path):
+def _stamp(path):
+    """(st_mtime_ns, st_ctime_ns, st_ino, st_dev) of path, or None."""
     try:
-        return os.stat(path).st_mtime_ns
+        st = os.stat(path)
     except (OSError, ValueError):
-        return -1
+        return None
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
-def _stamp(before, after, now):
-    """The stamp to record for a directory whose mtime was ``before`` and
-    ``after`` around its search at time ``now`` (ns): -1 (always ask) when
-    it changed meanwhile or too recently to be told apart from a change."""
-    return before if before == after and 0 <= before < now - _RACY_NS else -1
+def _pristine():
+    for cls, name, original in _ORIGINALS:
+        if cls.__dict__.get(name) is not original:
+            return False
+    return True
 
 
-def record(name, spec):
-    """The search plain import makes for ``name`` now, if it ends at
-    ``spec.origin`` with the stock ``SourceFileLoader``: ``(steps, pkg_dir,
-    pkg_mtime_ns)``, where ``steps`` holds ``(path entry, directory,
-    st_mtime_ns)`` for each entry examined (directory and mtime None where
-    the entry has no finder, mtime -1 where the directory changed while
-    being searched or less than two seconds before) and ``pkg_dir`` is the
-    package's directory (None for a module).  None when the search cannot be
-    replayed.  Never raises."""
-    import time
-    now = time.time_ns()
-    try:
-        parent = name.rpartition(".")[0]
+class Recorder:
+    """The searches of one DUMP run's modules (each directory listed once,
+    freshly: the process's FileFinder caches may predate the last change)."""
+
+    def __init__(self):
+        import time
+        self._since = time.time_ns() - _RACY_NS
+        self._dirs = {}
+
+    def _listing(self, directory):
+        """(stamp or None, names or None) of ``directory``, listed now."""
+        got = self._dirs.get(directory)
+        if got is None:
+            before = _stamp(directory)
+            try:
+                names = frozenset(os.listdir(directory))
+            except (OSError, ValueError):
+                names = None
+            stamp = before
+            if stamp is not None and (stamp != _stamp(directory)
+                                      or max(stamp[0], stamp[1]) >= self._since):
+                stamp = None
+            got = self._dirs[directory] = (stamp, names)
+        return got
+
+    def record(self, name, spec):
+        """The search plain import makes for ``name`` now, if it ends at
+        ``spec.origin`` with the stock ``SourceFileLoader``: ``(steps,
+        pkg_dir, pkg_stamp)``; ``steps`` holds ``(path entry, directory,
+        stamp)`` for each entry examined (directory None where the entry has
+        no finder, stamp None where the directory must be asked at every
+        search) and ``pkg_dir`` is the package's directory (None for a
+        module).  None when the search cannot be replayed.  Runs no path
+        hook; never raises."""
+        try:
+            return self._record(name, spec)
+        except Exception:
+            return None
+
+    def _record(self, name, spec):
+        parent, _, tail = name.rpartition(".")
         if parent:
             path = getattr(sys.modules.get(parent), "__path__", None)
         else:
             path = sys.path
         if type(path) is not list:
             return None
+        candidates = {tail} | {tail + suffix for suffix, _ in _LOADERS}
+        cache = sys.path_importer_cache
         steps = []
         for entry in path:
             if type(entry) is not str:
                 return None
-            finder = _file_finder(entry)
+            finder = cache.get(entry or os.getcwd(), _MISSING)
             if finder is None:
                 steps.append((entry, None, None))
                 continue
-            if finder is _MISSING:
-                return None
+            if type(finder) is not FileFinder or finder._loaders != _LOADERS:
+                return None       # not cached (_MISSING), or not the standard one
             directory = finder.path
-            before = _mtime(directory)
-            found = finder.find_spec(name)
-            steps.append((entry, directory, _stamp(before, _mtime(directory), now)))
+            stamp, names = self._listing(directory)
+            if names is None:
+                return None
+            here = names & candidates
+            if not here:
+                steps.append((entry, directory, stamp))
+                continue
+            found = FileFinder(directory, *_get_supported_file_loaders()).find_spec(name)
             if found is None or found.loader is None:
-                continue     # not here, or a namespace portion: search on
+                # A namespace portion, a dangling symlink, a folder without
+                # __init__: what it answers may change with no change here.
+                steps.append((entry, directory, None))
+                continue
             if found.origin != spec.origin or type(found.loader) is not SourceFileLoader:
                 return None
+            base = os.path.basename(spec.origin)
             pkg_dir = pkg_stamp = None
-            if found.submodule_search_locations is not None:
+            if found.submodule_search_locations is None:
+                alone = here == {base}
+            else:
                 pkg_dir = found.submodule_search_locations[0]
-                pkg_mtime = _mtime(pkg_dir)
-                pkg_stamp = _stamp(pkg_mtime, pkg_mtime, now)
+                alone = here == {tail}
+                pkg_stamp, inside = self._listing(pkg_dir)
+                if inside is None or inside & _INITS != {base}:
+                    pkg_stamp = None
+            steps.append((entry, directory, stamp if alone else None))
             return tuple(steps), pkg_dir, pkg_stamp
-    except Exception:
-        pass
-    return None
+        return None
 
 
 def find_spec(fullname, path, target, origin, search):
     """``PathFinder.find_spec(fullname, path, target)``, answered from
-    ``search`` (what :func:`record` returned at DUMP for the module archived
-    from ``origin``) for the directories whose mtime has not moved.  Raises
+    ``search`` (what :meth:`Recorder.record` returned at DUMP for the module
+    archived from ``origin``) for the directories whose stamp holds.  Raises
     what PathFinder raises."""
     global replayed
-    if search is None or not _REPLAY:
+    if search is None or not _REPLAY or not _pristine():
         return PathFinder.find_spec(fullname, path, target)
     steps, pkg_dir, pkg_stamp = search
     if path is None:
@@ -143,21 +188,21 @@ def find_spec(fullname, path, target, origin, search):
         now = path[i]
         if type(now) is not str or now != entry:
             return PathFinder.find_spec(fullname, path, target)
-        finder = _file_finder(entry)
+        finder = PathFinder._path_importer_cache(entry)
         if finder is None and i < last:
             continue          # PathFinder skips it too
-        if finder is None or finder is _MISSING:
+        if type(finder) is not FileFinder or finder._loaders != _LOADERS:
             return PathFinder.find_spec(fullname, path, target)
-        if (stamp is not None and stamp >= 0 and finder.path == directory
-                and _mtime(directory) == stamp):
+        if stamp is not None and finder.path == directory and _stamp(directory) == stamp:
             if i < last:
-                continue      # unchanged since the dump: not found there
-            if pkg_dir is None or (pkg_stamp >= 0 and _mtime(pkg_dir) == pkg_stamp):
+                continue      # unchanged since the dump: nothing of that name
+            if pkg_dir is None or (pkg_stamp is not None and _stamp(pkg_dir) == pkg_stamp):
                 replayed += 1
                 return spec_from_file_location(
                     fullname, origin, loader=SourceFileLoader(fullname, origin),
                     submodule_search_locations=None if pkg_dir is None else [pkg_dir])
-        # Changed since the dump: ask the directory, as PathFinder does.
+        # Changed since the dump, or to be asked always: ask the directory,
+        # as PathFinder does.
         spec = finder.find_spec(fullname, target)
         if spec is not None and spec.loader is not None:
             return spec

@@ -115,6 +115,7 @@ def dump_modules(pairs, path, verbose=0, session=None):
     entries = []
     skipped = 0
     check_hash = _imp.check_hash_based_pycs
+    searches = _search.Recorder()
     for name, spec in collect(pairs):
         origin = spec.origin
         try:
@@ -140,7 +141,7 @@ def dump_modules(pairs, path, verbose=0, session=None):
             spec.cached, pyc_kind, pyc_mtime, pyc_size, check_hash,
             chunk.chunk_off, chunk.chunk_len, chunk.root_off,
             chunk.reloc_first, chunk.reloc_count, chunk.checksum,
-            chunk.nobjects, _search.record(name, spec)))
+            chunk.nobjects, searches.record(name, spec)))
     meta = F.meta_for_this_interpreter()
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()
@@ -234,9 +235,8 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
                     old.chunk_len % 8 or \
                     N.hash64(rel, N.hash64(chunk, h.archive_id)) != old.chunk_sum:
                 continue
-            # On a page, as the writer starts a chunk after a big tail
-            # (native/writer.c): the tail before it then owns its last page.
-            pad = -heap_len % 4096
+            # 8-aligned, as the writer starts every chunk.
+            pad = -heap_len % 8
             if pad:
                 out[1].append(bytes(pad))
                 heap_len += pad

@@ -266,3 +266,46 @@ def test_pages_waiting_to_go_back_go_before_a_fork(app):
     assert given >= 64 * 1024
     for who in ("child", "parent"):
         assert runs["0"][who] - runs["1"][who] == given, runs
+
+
+# Small modules: each tail well under a page, with constant tuples that live
+# on (function defaults, __slots__, a global) among dead ones (from-lists).
+SMALL = '''from os.path import join, split
+def f{i}(a=({i}, "default tuple {i}"), b=("x", "y")):
+    return a, b
+class C{i}:
+    __slots__ = ("p{i}", "q{i}")
+    def m(self, k=({i}.5, "method default")):
+        return k
+KEEP{i} = ("global", "tuple", {i})
+for _w in ("dead", "loop", "tuple"):
+    pass
+_t = [n for n in (1, 2, 3) if n in (2, 3)]
+'''
+
+SMALL_USE = '''import sys, pycds
+import ''' + ", ".join(f"small{i}" for i in range(40)) + '''
+mods = [sys.modules[f"small{i}"] for i in range(40)]
+print([(getattr(m, f"f{i}")(), getattr(m, f"C{i}").__slots__,
+        getattr(m, f"C{i}")().m(), getattr(m, f"KEEP{i}")) for i, m in enumerate(mods)])
+print("released", pycds.stats()["released_bytes"], file=sys.stderr)
+'''
+
+
+@pytest.mark.skipif(not RELEASES, reason="3.10 chunks are kept whole")
+def test_small_tails_go_back_together(tmp_path):
+    # Tails of a few hundred bytes each: no page of their own, but packed
+    # together (loader.c) they fill pages, and the constant tuples that stay
+    # alive sit before the tails (writer.c) instead of pinning their pages.
+    for i in range(40):
+        (tmp_path / f"small{i}.py").write_text(SMALL.format(i=i))
+    (tmp_path / "use.py").write_text(SMALL_USE)
+    img = str(tmp_path / "s.img")
+    plain, dump, share = dump_and_share(["use.py"], tmp_path, img)
+    assert share.rc == 0 and share.out == plain.out, share
+    from pycds import _format as F
+    index = F.Index.open(img)
+    tails = [index.lookup(f"small{i}") for i in range(40)]
+    tail_bytes = sum(e.chunk_len - e.root_off for e in tails)
+    assert max(e.chunk_len - e.root_off for e in tails) < 4096
+    assert released(share) >= tail_bytes // 2, (released(share), tail_bytes)

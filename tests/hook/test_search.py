@@ -15,19 +15,22 @@ PathFinder = importlib.machinery.PathFinder
 EXT = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
-def age(*dirs):
-    """Set the mtime of ``dirs`` an hour back (a dump trusts no directory
-    modified in its last two seconds)."""
-    t = time.time() - 3600
-    for d in dirs:
-        os.utime(d, (t, t))
+def stamp(path):
+    st = os.stat(path)
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+# The dump trusts no directory changed in its last two seconds; these
+# trees are made just before: the dump run waives that (its own
+# pycds._search._RACY_NS), and each test's change comes well after.
+NOT_RACY = "import pycds._search as S; S._RACY_NS = 0; "
 
 
 @pytest.fixture
 def tree(tmp_path):
     """early/ (empty) and base/ (smod.py, spkg/__init__.py, spkg/inner.py)
-    on the search path, aged, and an archive of the three modules made by a
-    DUMP run in another directory."""
+    on the search path, and an archive of the three modules made by a DUMP
+    run in another directory."""
     early, base = tmp_path / "early", tmp_path / "base"
     early.mkdir()
     (base / "spkg").mkdir(parents=True)
@@ -37,10 +40,9 @@ def tree(tmp_path):
     code = (f"import sys; sys.path[:0] = [{str(early)!r}, {str(base)!r}]; "
             "import smod, spkg.inner")
     assert run_python(["-c", code], cwd=tmp_path).rc == 0     # writes __pycache__
-    age(early, base, base / "spkg")
     (tmp_path / "img").mkdir()
     img = str(tmp_path / "img" / "a.img")
-    r = run_python(["-c", code], cwd=tmp_path / "img", PYCDSMODE="DUMP",
+    r = run_python(["-c", NOT_RACY + code], cwd=tmp_path / "img", PYCDSMODE="DUMP",
                    PYCDSARCHIVE=img)
     assert r.rc == 0, r
     return early, base, F.Index.open(img)
@@ -82,13 +84,14 @@ class TestReplay:
         steps, pkg_dir, pkg_stamp = index.lookup("spkg").search
         assert [s[0] for s in steps[:2]] == [str(early), str(base)]
         assert pkg_dir == str(base / "spkg")
-        assert pkg_stamp == os.stat(pkg_dir).st_mtime_ns
-        assert all(s[2] == os.stat(s[1]).st_mtime_ns for s in steps)
+        assert pkg_stamp == stamp(pkg_dir)
+        assert all(s[2] == stamp(s[1]) for s in steps if s[1] is not None)
 
     @pytest.mark.parametrize("change", [
         "shadow_in_earlier_dir", "extension_beside_source",
         "module_becomes_package", "namespace_portion_earlier",
-        "package_gains_extension_init", "source_deleted"])
+        "package_gains_extension_init", "source_deleted",
+        "mtime_restored", "permissions_changed"])
     def test_a_change_gets_path_finders_answer(self, tree, change):
         early, base, index = tree
         name = "spkg" if change == "package_gains_extension_init" else "smod"
@@ -105,10 +108,16 @@ class TestReplay:
             (base / "spkg" / f"__init__{EXT}").write_bytes(b"")
         elif change == "source_deleted":
             os.unlink(base / "smod.py")
+        elif change == "mtime_restored":       # touch -r: the ctime moves
+            st = os.stat(early)
+            (early / "smod.py").write_text("X = 2\n")
+            os.utime(early, ns=(st.st_atime_ns, st.st_mtime_ns))
+        elif change == "permissions_changed":
+            os.chmod(early, 0o700)
         with import_state(path=search_path(early, base)):
             mine, plain, replayed = both(index, name)
         assert mine == plain
-        if change == "namespace_portion_earlier":
+        if change in ("namespace_portion_earlier", "permissions_changed"):
             # early/ changed and was asked; base/ still holds its stamp
             assert replayed == 1 and mine[3] == str(base / "smod.py")
         else:
@@ -137,6 +146,89 @@ class TestReplay:
             mine, plain, replayed = both(index, "smod")
         assert mine == plain and mine[3] == "/x.py" and replayed == 0
 
+    @pytest.mark.parametrize("layout", [
+        "folder_earlier", "folder_beside_module", "dangling_link_earlier"])
+    def test_what_can_answer_without_a_listing_change_is_always_asked(
+            self, tmp_path, layout):
+        # FileFinder looks into name/ and follows name.py: a name/__init__.py
+        # or a symlink's target appearing changes no listing it reads.
+        early, base = tmp_path / "early", tmp_path / "base"
+        early.mkdir()
+        base.mkdir()
+        (base / "cmod.py").write_text("X = 1\n")
+        if layout == "folder_earlier":
+            (early / "cmod").mkdir()
+        elif layout == "folder_beside_module":
+            (base / "cmod").mkdir()
+        else:
+            os.symlink(tmp_path / "nowhere.py", early / "cmod.py")
+        code = (f"import sys; sys.path[:0] = [{str(early)!r}, {str(base)!r}]; "
+                "import cmod")
+        img = str(tmp_path / "c.img")
+        r = run_python(["-c", NOT_RACY + code], cwd=tmp_path, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=img)
+        assert r.rc == 0, r
+        index = F.Index.open(img)
+        steps = index.lookup("cmod").search[0]
+        asked = {"folder_earlier": 0, "folder_beside_module": 1,
+                 "dangling_link_earlier": 0}[layout]
+        assert steps[asked][2] is None
+        if layout == "folder_earlier":
+            (early / "cmod" / "__init__.py").write_text("X = 'pkg'\n")
+        elif layout == "folder_beside_module":
+            (base / "cmod" / "__init__.py").write_text("X = 'pkg'\n")
+        else:
+            (tmp_path / "nowhere.py").write_text("X = 'link'\n")
+        with import_state(path=[str(early), str(base)] + sys.path):
+            mine, plain, replayed = both(index, "cmod")
+        assert mine == plain and replayed == 0
+        assert mine[3] != str(base / "cmod.py")
+        r = run_python(["-c", code + "; print(cmod.X)"], cwd=tmp_path,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out.strip() in ("pkg", "link"), r
+
+    def test_a_path_entry_switched_to_a_twin_directory(self, tmp_path):
+        # Two directories with the same times (normalised image layers, the
+        # Nix store): the inode tells them apart.
+        one, two = tmp_path / "one", tmp_path / "two"
+        one.mkdir()
+        two.mkdir()
+        (two / "tmod.py").write_text("X = 'two'\n")
+        base = tmp_path / "base"
+        base.mkdir()
+        (base / "tmod.py").write_text("X = 'base'\n")
+        site = tmp_path / "site"
+        os.symlink(one, site)
+        for d in (one, two):
+            os.utime(d, (1, 1))
+        code = (f"import sys; sys.path[:0] = [{str(site)!r}, {str(base)!r}]; "
+                "import tmod; print(tmod.X)")
+        img = str(tmp_path / "t.img")
+        r = run_python(["-c", NOT_RACY + code], cwd=tmp_path, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=img)
+        assert r.out.strip() == "base", r
+        os.unlink(site)
+        os.symlink(two, site)
+        r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out.strip() == "two", r
+
+    def test_a_replaced_path_finder_is_called(self, tree):
+        early, base, index = tree
+        entry = index.lookup("smod")
+        original = PathFinder.__dict__["find_spec"]
+        calls = []
+
+        def spy(cls, fullname, path=None, target=None):
+            calls.append(fullname)
+            return original.__func__(cls, fullname, path, target)
+        try:
+            PathFinder.find_spec = classmethod(spy)
+            with import_state(path=search_path(early, base)):
+                _search.find_spec("smod", None, None, entry.origin, entry.search)
+        finally:
+            PathFinder.find_spec = original
+        assert calls == ["smod"]
+
     def test_a_directory_modified_at_the_dump_is_always_asked(self, tmp_path):
         (tmp_path / "fresh.py").write_text("Y = 1\n")
         img = str(tmp_path / "b.img")
@@ -145,7 +237,7 @@ class TestReplay:
         assert r.rc == 0, r
         index = F.Index.open(img)
         steps = index.lookup("fresh").search[0]
-        assert steps[0][:2] == ("", str(tmp_path)) and steps[0][2] == -1
+        assert steps[0][:2] == ("", str(tmp_path)) and steps[0][2] is None
         os.chdir(tmp_path)
         try:
             with import_state(path=[""] + sys.path):
@@ -157,6 +249,25 @@ class TestReplay:
 
 
 class TestEndToEnd:
+    def test_the_dump_runs_no_path_hook(self, tmp_path):
+        # At exit the record looks searches up; it never makes a finder for
+        # a path entry the program added after its imports.
+        (tmp_path / "hpkg").mkdir()
+        (tmp_path / "hpkg" / "__init__.py").write_text("")
+        (tmp_path / "hpkg" / "m.py").write_text("")
+        (tmp_path / "other").mkdir()
+        code = ("import sys, hpkg.m\n"
+                "def hook(p):\n"
+                "    print('hook', p)\n"
+                "    raise SystemExit(3)\n"
+                "sys.path_hooks.insert(0, hook)\n"
+                f"hpkg.__path__.insert(0, {str(tmp_path / 'other')!r})\n"
+                "print('done')\n")
+        img = str(tmp_path / "h.img")
+        r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert (r.rc, r.out) == (0, "done\n") and not r.warnings(), r
+        assert F.Index.open(img).lookup("hpkg.m") is not None
+
     def test_archive_in_the_script_directory(self, tmp_path):
         # The archive written next to the script moves that directory's
         # mtime: it is asked at every search, the stdlib is not.

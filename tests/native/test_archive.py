@@ -9,6 +9,7 @@ import sys
 import types
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from pycds import _format as F
 from pycds import _nativeapi as N
@@ -352,3 +353,14 @@ class TestHash:
         assert N.hash64(b"abc", 0) == 0x44BC2CF5AD770999
         data = bytes(range(256)) * 4
         assert N.hash64(data, 1) != N.hash64(data, 2)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=300), st.binary(max_size=300), st.integers(0, 2**64 - 1))
+    def test_xxh64_of_two_parts_is_xxh64_of_their_concatenation(self, a, b, seed):
+        # A chunk's head and tail are read to two places (loader.c) and
+        # checked as the one chunk the writer hashed.
+        import xxhash
+        from pycds._native import lib
+        want = xxhash.xxh64(a + b, seed=seed).intdigest()
+        assert N.hash64(a + b, seed) == want
+        assert lib.pycds_hash64_2(a, len(a), b, len(b), seed) == want
