@@ -88,6 +88,7 @@ class Recorder:
         import time
         self._since = time.time_ns() - _RACY_NS
         self._dirs = {}
+        self._finders = {}
 
     def _listing(self, directory):
         """(stamp or None, names or None) of ``directory``, listed now."""
@@ -147,7 +148,11 @@ class Recorder:
             if not here:
                 steps.append((entry, directory, stamp))
                 continue
-            found = FileFinder(directory, *_get_supported_file_loaders()).find_spec(name)
+            fresh = self._finders.get(directory)
+            if fresh is None:
+                fresh = FileFinder(directory, *_get_supported_file_loaders())
+                self._finders[directory] = fresh
+            found = fresh.find_spec(name)
             if found is None or found.loader is None:
                 # A namespace portion, a dangling symlink, a folder without
                 # __init__: what it answers may change with no change here.
