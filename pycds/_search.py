@@ -148,6 +148,19 @@ class Recorder:
             if not here:
                 steps.append((entry, directory, stamp))
                 continue
+            base = os.path.basename(spec.origin)
+            if here == {base} and spec.origin == f"{directory}/{base}":
+                # The archived module's file, alone of its names: what
+                # FileFinder answers (the dump just read the file).
+                steps.append((entry, directory, stamp))
+                return tuple(steps), None, None
+            if here == {tail} and spec.origin == f"{directory}/{tail}/{base}":
+                pkg_dir = f"{directory}/{tail}"
+                pkg_stamp, inside = self._listing(pkg_dir)
+                if inside is not None and inside & _INITS == {base}:
+                    steps.append((entry, directory, stamp))
+                    return tuple(steps), pkg_dir, pkg_stamp
+            # Anything else: ask a FileFinder of this directory's own.
             fresh = self._finders.get(directory)
             if fresh is None:
                 fresh = FileFinder(directory, *_get_supported_file_loaders())
@@ -160,18 +173,12 @@ class Recorder:
                 continue
             if found.origin != spec.origin or type(found.loader) is not SourceFileLoader:
                 return None
-            base = os.path.basename(spec.origin)
             pkg_dir = pkg_stamp = None
-            if found.submodule_search_locations is None:
-                alone = here == {base}
-            else:
+            if found.submodule_search_locations is not None:
                 pkg_dir = found.submodule_search_locations[0]
-                alone = here == {tail}
-                pkg_stamp, inside = self._listing(pkg_dir)
-                if inside is None or inside & _INITS != {base}:
-                    pkg_stamp = None
-            steps.append((entry, directory, stamp if alone else None))
-            return tuple(steps), pkg_dir, pkg_stamp
+            # Other names here, or around the package's __init__: asked.
+            steps.append((entry, directory, None))
+            return tuple(steps), pkg_dir, None
         return None
 
 

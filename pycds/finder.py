@@ -3,10 +3,11 @@
 :class:`CDSFinder` sits on ``sys.meta_path`` just before
 :class:`importlib.machinery.PathFinder`.  For a module the archive holds, it
 asks ``PathFinder`` which file plain import would use *now* (so ``sys.path``,
-``__path__`` edits, shadowing files and extension modules are honoured) --
-answered without reading a directory whose mtime is the one the dump run
-recorded (pycds._search) -- and serves the archived code only when that is the archived file, loaded by
-the stock ``SourceFileLoader``, and unchanged since the dump.  The spec it
+``__path__`` edits, shadowing files and extension modules are honoured;
+directories unchanged since the dump run are not read again:
+pycds._search), and serves the archived code only when that is the archived
+file, loaded by the stock ``SourceFileLoader``, and unchanged since the
+dump.  The spec it
 returns is PathFinder's own, with the loader swapped for an
 :class:`ArchiveLoader`: a ``SourceFileLoader`` whose ``get_code`` returns the
 archived code object.  Everything else about the module (``__file__``,
@@ -16,7 +17,8 @@ is exactly plain import's.
 Anything unexpected means one warning and plain import; the finder never
 raises into the import system.  Imports only builtins and importlib (already
 loaded at start-up: ``_frozen_importlib_external`` is what importlib.machinery
-re-exports); the native module is loaded on the first archive hit.
+re-exports); pycds._search and the native module are loaded on the first
+archive hit.
 """
 
 import _imp
@@ -27,7 +29,7 @@ import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
 
 from . import _format as F
-from . import _log, _search
+from . import _log
 
 __all__ = ["CDSFinder", "ArchiveLoader", "install", "uninstall", "stats"]
 
@@ -69,7 +71,8 @@ def stats():
     out["fallbacks"] = dict(_stats["fallbacks"])
     native = _installed.archive._native if _installed is not None else None
     out["prefetched"] = native.prefetched() if native is not None else 0
-    out["searches_replayed"] = _search.replayed
+    search = sys.modules.get(__package__ + "._search")
+    out["searches_replayed"] = search.replayed if search is not None else 0
     return out
 
 
@@ -283,6 +286,18 @@ class ArchiveLoader(SourceFileLoader):
     # End of importlib.abc.InspectLoader interface
 
 
+def _first_search(*args):
+    # pycds._search is imported on the first archive hit, not at start-up
+    # (a program that imports nothing archived does not pay for it).
+    global _search_find_spec
+    from . import _search
+    _search_find_spec = _search.find_spec
+    return _search.find_spec(*args)
+
+
+_search_find_spec = _first_search
+
+
 class CDSFinder:
     """Meta path finder serving archived modules (see the module docstring)."""
 
@@ -308,7 +323,7 @@ class CDSFinder:
             return None
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
-        spec = _search.find_spec(fullname, path, target, entry.origin, entry.search)
+        spec = _search_find_spec(fullname, path, target, entry.origin, entry.search)
         if spec is None:
             _fallback(fullname, "not found on the search path")
             return None
