@@ -52,7 +52,7 @@ def _dump(module_list="", archive=""):
         added = _import_order.install()
         try:
             for name in names:
-                if name == "__main__" or name in __import__("sys").modules:
+                if name in ("__main__", "__mp_main__") or name in __import__("sys").modules:
                     continue
                 try:
                     importlib.import_module(name)

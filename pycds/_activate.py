@@ -53,10 +53,12 @@ def _activate(cfg):
         _log.warning(problem)
     if cfg.mode in (_config.MODE_SHARE, _config.MODE_DUMP):
         import os
-        if os.environ.get("PYCDSARCHIVE", "") not in ("", cfg.archive):
+        if cfg.archive and os.environ.get("PYCDSARCHIVE") != cfg.archive:
             # Children use this very archive (SHARE) or merge into it (DUMP),
             # also when they start in another directory, where a relative
-            # path would name another file.
+            # path would name another file, and when it is the default one
+            # (a multiprocessing worker started as `python -c ...` would
+            # otherwise have a default archive of its own, never written).
             os.environ["PYCDSARCHIVE"] = cfg.archive
     if cfg.mode == _config.MODE_SHARE:
         from . import finder
@@ -69,8 +71,12 @@ def _activate(cfg):
         dump.dump_session()   # children started from here on inherit it
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
+        import os
         from . import _import_order, trace
         _import_order.install()
+        # Children write into the same list, wherever they start.
+        os.environ["PYCDSLIST"] = cfg.listfile
+        trace.trace_session()
         atexit.register(trace.trace_at_exit, cfg)
     return None
 

@@ -133,6 +133,12 @@ class Header:
                 f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
                 f"this is Python {sys.version_info[0]}.{sys.version_info[1]}")
         if _u(b, _SUM_AT, 8) != checksum(b[:_SUM_AT], _HEADER_KEY):
+            if (h.py_hexversion >= 0x030B0000) != (sys.hexversion >= 0x030B0000):
+                # Not damage: the other side of the SipHash change (above).
+                raise FormatError(
+                    f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
+                    f"whose checksums this Python {sys.version_info[0]}."
+                    f"{sys.version_info[1]} cannot verify; read it with that version")
             raise FormatError("header checksum mismatch")
         if h.file_len != file_len:
             raise FormatError(f"file is {file_len} bytes, header says {h.file_len} "

@@ -2,7 +2,10 @@
 
 The list (``PYCDSLIST``) is the input of :func:`pycds._dump`.  Names are in
 the order their imports started (pycds._import_order); written atomically at
-exit.
+exit.  The processes of one TRACE run (a program and the children that
+inherit its environment: multiprocessing workers, subprocesses) write one
+list: each adds the names the list lacks, under a lock, as the processes of
+a DUMP run do with their archive.
 """
 
 import os
@@ -10,21 +13,58 @@ import sys
 
 from . import _import_order, _log
 
+# Set by the first TRACE process; children inherit it (see dump.SESSION_VAR).
+SESSION_VAR = "PYCDS_TRACE_SESSION"
+_HEADER = "# pycds trace session "
+# A module run as the program (multiprocessing's spawn imports the main
+# module of the parent as __mp_main__): not importable by that name.
+_MAIN_NAMES = ("__main__", "__mp_main__")
+
+
+def trace_session():
+    """The id of this TRACE run, made by its first process."""
+    session = os.environ.get(SESSION_VAR, "")
+    if not session:
+        session = os.urandom(8).hex()
+        os.environ[SESSION_VAR] = session
+    return session
+
 
 def module_names():
-    """Names of the modules imported so far, ``__main__`` excluded."""
+    """Names of the modules imported so far, the main module excluded."""
     pairs = _import_order.in_start_order(list(sys.modules.items()))
-    return [name for name, _ in pairs if name != "__main__"]
+    return [name for name, _ in pairs if name not in _MAIN_NAMES]
 
 
-def write_list(path, names):
-    """Write ``names`` to ``path``, one a line, via a temporary file."""
+def _session_names(path, session):
+    """The names in the list at ``path`` if this session wrote it, else []."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    if not lines or lines[0] != _HEADER + session:
+        return []
+    return [line for line in lines[1:] if line and not line.startswith("#")]
+
+
+def write_list(path, names, session=None):
+    """Write ``names`` to ``path``, one a line, via a temporary file; with a
+    ``session``, after the names an earlier process of it wrote there."""
+    from .dump import _directory_lock
     path = os.path.abspath(path)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for name in names:
-            f.write(name + "\n")
-    os.replace(tmp, path)
+    with _directory_lock(path):
+        if session:
+            old = _session_names(path, session)
+            have = set(old)
+            names = old + [name for name in names if name not in have]
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            if session:
+                f.write(_HEADER + session + "\n")
+            for name in names:
+                f.write(name + "\n")
+        os.replace(tmp, path)
 
 
 def trace_at_exit(config):
@@ -34,6 +74,6 @@ def trace_at_exit(config):
     if not is_main_interpreter():
         return
     try:
-        write_list(config.listfile, module_names())
+        write_list(config.listfile, module_names(), trace_session())
     except BaseException as e:
         _log.warning(f"module list not written to {config.listfile}: {e}")

@@ -107,6 +107,52 @@ class TestRelativePaths:
         assert s.rc == 0 and s.warnings() == [], s
         assert s.served().count("csv") == 1 and s.served().count("json") == 1, s
 
+    def test_children_use_the_program_s_default_archive(self, tmp_path):
+        """Without PYCDSARCHIVE a child started as `python -c ...` (as
+        multiprocessing starts its workers) uses the program's archive: no
+        archive of its own, no warning about a missing one."""
+        from conftest import run_python
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "prog.py").write_text(self.PROG)
+        cache = tmp_path / "cache"
+        d = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", XDG_CACHE_HOME=cache)
+        assert d.rc == 0 and d.warnings() == [], d
+        assert len(os.listdir(cache / "pycds")) == 1
+        s = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       XDG_CACHE_HOME=cache, PYCDSVERBOSE=1)
+        assert s.rc == 0 and s.warnings() == [], s
+        assert {"json", "csv", "textwrap"} <= set(s.served()), s
+        assert len(os.listdir(cache / "pycds")) == 1
+
+    def test_trace_list_of_a_process_tree(self, tmp_path):
+        """A TRACE run's children (a multiprocessing worker, a subprocess in
+        another directory) add their modules to the program's list, which
+        then dumps without warnings."""
+        from conftest import run_python
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "tmod.py").write_text("import textwrap\nVALUE = 7\n")
+        (tmp_path / "prog.py").write_text(
+            "import multiprocessing as mp, os, subprocess, sys, json\n"
+            "def work(x):\n"
+            "    import tmod\n"
+            "    return tmod.VALUE * x\n"
+            "if __name__ == '__main__':\n"
+            "    pool = mp.get_context('spawn').Pool(1)\n"
+            "    print(pool.map(work, [1, 2]))\n"
+            "    pool.close()\n"      # workers exit (terminate() would kill them)
+            "    pool.join()\n"
+            "    os.chdir('sub')\n"
+            "    subprocess.run([sys.executable, '-c', 'import csv'], check=True)\n")
+        r = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="TRACE", PYCDSLIST="mods.lst")
+        assert r.rc == 0 and r.out == "[7, 14]\n" and r.warnings() == [], r
+        names = (tmp_path / "mods.lst").read_text().split("\n")
+        assert {"json", "tmod", "textwrap", "csv", "multiprocessing.pool"} <= set(names)
+        assert "__mp_main__" not in names and len(names) == len(set(names))
+        assert not (tmp_path / "sub" / "mods.lst").exists()
+        d = run_python(["-c", "import pycds; print(pycds._dump('mods.lst', 'a.img') > 5)"],
+                       cwd=tmp_path)
+        assert d.out == "True\n" and d.warnings() == [], d
+
     def test_trace_list(self, tmp_path):
         from conftest import run_python
         (tmp_path / "sub").mkdir()
