@@ -321,8 +321,11 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n)
         case PYCDS_RELOC_INTERN:
         case PYCDS_RELOC_FROZENSET:
         case PYCDS_RELOC_SINGLETON:
-            /* len >= sizeof(PyObject): the chunk table guarantees it. */
-            if (v % 8 != 0 || v > len - sizeof(PyObject)) {
+            /* len >= sizeof(PyObject): the chunk table guarantees it.  An
+             * object header lies wholly in the head or in the tail (they
+             * are apart in memory). */
+            if (v % 8 != 0 || v > len - sizeof(PyObject)
+                || (v < p->root_off && p->root_off - v < sizeof(PyObject))) {
                 return pycds_fail(PYCDS_E_CORRUPT,
                                   "relocation target %llu outside chunk",
                                   (unsigned long long)v);
@@ -655,8 +658,10 @@ pycds_archive_close(pycds_archive *a)
     pthread_mutex_lock(&a->mu);
     int live = 0;
     for (uint32_t i = 0; i < a->nmodules; i++) {
+        /* FAILED too: a stage 2 that failed half way may have made
+         * strings of the reservation the interpreter's interned ones. */
         live |= a->state[i] == MOD_LOADED || a->state[i] == MOD_IMPORTING
-                || a->state[i] == MOD_RELEASED;
+                || a->state[i] == MOD_RELEASED || a->state[i] == MOD_FAILED;
     }
     pthread_mutex_unlock(&a->mu);
     if (live) {

@@ -68,11 +68,16 @@ walk_tail(uint8_t *tail, uint64_t len, tail_obj **out, size_t *count)
     while (p < len) {
         uint64_t start = p;
         uint64_t word;
+        /* Nothing is read past the tail: the next one is another module's
+         * (released, or being read ahead). */
+        if (len - p < sizeof(PyObject)) {
+            goto bad;
+        }
         memcpy(&word, tail + p, sizeof(word));
         int gc = word == 0;    /* an object starts with a nonzero count */
         if (gc) {
             p += 2 * sizeof(uintptr_t);   /* PyGC_Head */
-            if (p >= len) {
+            if (p >= len || len - p < sizeof(PyObject)) {
                 goto bad;
             }
         }

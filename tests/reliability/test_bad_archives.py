@@ -281,6 +281,18 @@ class TestStructuralChecks:
         path = _write(archive_dir / "s.img", self._resigned(data, mutate))
         refused(share(work, path, PYCDSVERIFY=1), plain, path)
 
+    def test_object_header_across_root_off_is_refused_at_relocation(
+            self, base_archive, archive_dir):
+        # Head and tail lie apart in memory (pycds_place): a target 8 bytes
+        # before root_off would have its header read from whatever follows
+        # the head -- another module's, maybe a page given back -- before
+        # the deep check could see it.  The relocation pass refuses it.
+        work, _, data, plain, _ = base_archive
+        path = _write(archive_dir / "b.img", self._resigned(
+            data, lambda m, e: _set_slot(m, e, 0, e.root_off - 8)))
+        reason = refused(share(work, path), plain, path)
+        assert "relocation target" in reason, reason
+
     def test_negative_module_number_says_so(self, base_archive, archive_dir):
         work, _, data, plain, _ = base_archive
         path = _write(archive_dir / "n.img",
