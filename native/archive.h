@@ -126,6 +126,17 @@ struct pycds_archive {
 int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out);
 void pycds_fixups_free(pycds_fixups *f);
 
+/* How many bytes of the range [lo, hi) of the tails' arena lie on its page
+ * p (pages of pg bytes; p overlaps the range).  The loader counts a tail's
+ * bytes per page with it, release.c takes the dead ones off. */
+static inline uint64_t
+pycds_page_share(uint64_t p, uint64_t pg, uint64_t lo, uint64_t hi)
+{
+    uint64_t from = p * pg > lo ? p * pg : lo;
+    uint64_t to = (p + 1) * pg < hi ? (p + 1) * pg : hi;
+    return to - from;
+}
+
 /* loader.c: where module k's chunk lives, placing it on first use (then
  * for good: a stage 1 redone after a failure reuses the place).  Takes
  * a->mu; any thread. */

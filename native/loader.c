@@ -285,9 +285,7 @@ pycds_archive_place(pycds_archive *a, uint32_t k, pycds_place *out)
         /* Count the tail's bytes on each page it spans (release.c). */
         uint64_t lo = a->tails_used, hi = lo + tail_len, pg = a->page;
         for (uint64_t p = lo / pg; p * pg < hi; p++) {
-            uint64_t from = p * pg > lo ? p * pg : lo;
-            uint64_t to = (p + 1) * pg < hi ? (p + 1) * pg : hi;
-            a->tail_live[p] += (uint32_t)(to - from);
+            a->tail_live[p] += (uint32_t)pycds_page_share(p, pg, lo, hi);
         }
         a->tails_used += (tail_len + 7u) & ~(uint64_t)7u;
     }

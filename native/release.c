@@ -256,14 +256,13 @@ dead(pycds_archive *a, uint64_t lo, uint64_t hi)
     uint64_t pg = a->page, first = UINT64_MAX, last = 0;
     pthread_mutex_lock(&a->mu);
     for (uint64_t p = lo / pg; p * pg < hi && !a->tail_count_broken; p++) {
-        uint64_t from = p * pg > lo ? p * pg : lo;
-        uint64_t to = (p + 1) * pg < hi ? (p + 1) * pg : hi;
-        if (p >= a->tail_pages || a->tail_live[p] < to - from) {
+        uint64_t share = pycds_page_share(p, pg, lo, hi);
+        if (p >= a->tail_pages || a->tail_live[p] < share) {
             /* Never with the loader's counts: stop giving back. */
             a->tail_count_broken = 1;
             break;
         }
-        a->tail_live[p] -= (uint32_t)(to - from);
+        a->tail_live[p] -= (uint32_t)share;
         if (a->tail_live[p] == 0 && (p + 1) * pg <= a->tails_used) {
             first = first < p ? first : p;
             last = p;

@@ -51,8 +51,8 @@ def _activate(cfg):
     _log.level = cfg.verbose
     for problem in cfg.problems:
         _log.warning(problem)
+    import os
     if cfg.mode in (_config.MODE_SHARE, _config.MODE_DUMP):
-        import os
         if cfg.archive and os.environ.get("PYCDSARCHIVE") != cfg.archive:
             # Children use this very archive (SHARE) or merge into it (DUMP),
             # also when they start in another directory, where a relative
@@ -71,7 +71,6 @@ def _activate(cfg):
         dump.dump_session()   # children started from here on inherit it
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
-        import os
         from . import _import_order, trace
         _import_order.install()
         # Children write into the same list, wherever they start.

@@ -173,6 +173,18 @@ def program_id(argv=None):
     return ("other", "\0".join(argv[1:]))
 
 
+def inherited_session(var):
+    """The id of this run of a recording mode, kept in the environment
+    variable ``var``: made by the run's first process and put in its
+    environment, so that the child processes it starts share it (DUMP:
+    ``PYCDS_DUMP_SESSION``, TRACE: ``PYCDS_TRACE_SESSION``)."""
+    session = os.environ.get(var, "")
+    if not session:
+        session = os.urandom(8).hex()
+        os.environ[var] = session
+    return session
+
+
 def cache_dir(environ=None):
     """``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``."""
     environ = os.environ if environ is None else environ

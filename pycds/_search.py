@@ -94,12 +94,11 @@ class Recorder:
         """(stamp or None, names or None) of ``directory``, listed now."""
         got = self._dirs.get(directory)
         if got is None:
-            before = _stamp(directory)
+            stamp = _stamp(directory)
             try:
                 names = frozenset(os.listdir(directory))
             except (OSError, ValueError):
                 names = None
-            stamp = before
             if stamp is not None and (stamp != _stamp(directory)
                                       or max(stamp[0], stamp[1]) >= self._since):
                 stamp = None
@@ -173,7 +172,7 @@ class Recorder:
                 continue
             if found.origin != spec.origin or type(found.loader) is not SourceFileLoader:
                 return None
-            pkg_dir = pkg_stamp = None
+            pkg_dir = None
             if found.submodule_search_locations is not None:
                 pkg_dir = found.submodule_search_locations[0]
             # Other names here, or around the package's __init__: asked.

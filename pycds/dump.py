@@ -21,6 +21,7 @@ import sys
 import time
 from importlib.machinery import ModuleSpec, SourceFileLoader
 
+from . import _config
 from . import _format as F
 from . import _import_order, _log, _search
 
@@ -175,13 +176,8 @@ SESSION_VAR = "PYCDS_DUMP_SESSION"
 
 
 def dump_session():
-    """The id of this DUMP session: made by the first DUMP process and put in
-    its environment, so the child processes it starts share it."""
-    session = os.environ.get(SESSION_VAR, "")
-    if not session:
-        session = os.urandom(8).hex()
-        os.environ[SESSION_VAR] = session
-    return session
+    """The id of this DUMP session (see _config.inherited_session)."""
+    return _config.inherited_session(SESSION_VAR)
 
 
 class _directory_lock:

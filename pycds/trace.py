@@ -11,7 +11,7 @@ a DUMP run do with their archive.
 import os
 import sys
 
-from . import _import_order, _log
+from . import _config, _import_order, _log
 
 # Set by the first TRACE process; children inherit it (see dump.SESSION_VAR).
 SESSION_VAR = "PYCDS_TRACE_SESSION"
@@ -22,12 +22,8 @@ _MAIN_NAMES = ("__main__", "__mp_main__")
 
 
 def trace_session():
-    """The id of this TRACE run, made by its first process."""
-    session = os.environ.get(SESSION_VAR, "")
-    if not session:
-        session = os.urandom(8).hex()
-        os.environ[SESSION_VAR] = session
-    return session
+    """The id of this TRACE run (see _config.inherited_session)."""
+    return _config.inherited_session(SESSION_VAR)
 
 
 def module_names():
@@ -48,20 +44,18 @@ def _session_names(path, session):
     return [line for line in lines[1:] if line and not line.startswith("#")]
 
 
-def write_list(path, names, session=None):
-    """Write ``names`` to ``path``, one a line, via a temporary file; with a
-    ``session``, after the names an earlier process of it wrote there."""
+def write_list(path, names, session):
+    """Write ``names`` to ``path``, one a line, via a temporary file, after
+    the names an earlier process of ``session`` wrote there."""
     from .dump import _directory_lock
     path = os.path.abspath(path)
     with _directory_lock(path):
-        if session:
-            old = _session_names(path, session)
-            have = set(old)
-            names = old + [name for name in names if name not in have]
+        old = _session_names(path, session)
+        have = set(old)
+        names = old + [name for name in names if name not in have]
         tmp = f"{path}.tmp.{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            if session:
-                f.write(_HEADER + session + "\n")
+            f.write(_HEADER + session + "\n")
             for name in names:
                 f.write(name + "\n")
         os.replace(tmp, path)
