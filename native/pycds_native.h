@@ -87,7 +87,8 @@ int pycds_layout_id(char *buf, size_t cap);
 /* Writer: deep-copies code objects into a growing heap.  The writer owns
  * its buffers; pycds_writer_free() releases them (NULL is allowed). */
 int pycds_writer_new(uint64_t seed, pycds_writer **out);
-int pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info);
+int pycds_writer_add(pycds_writer *w, uintptr_t code, uintptr_t dead,
+                     pycds_chunk_info *info);
 /* Borrowed views of the heap and relocation buffers, valid until the next
  * pycds_writer_add() or pycds_writer_free(). */
 int pycds_writer_heap(pycds_writer *w, const uint8_t **data, size_t *len);

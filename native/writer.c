@@ -22,7 +22,11 @@
  *      comprehensions, methods: in the co_consts of the module code or of
  *      its class bodies) with everything they reach, and the module's
  *      docstring (it lives on as __doc__), then the interned strings of all
- *      these that no earlier chunk holds;
+ *      these that no earlier chunk holds.  Not the functions the caller
+ *      predicts dead (pycds.dump: the dump process held no function of
+ *      them at exit -- deleted, or replaced as operator.py's are by
+ *      _operator's): they go to part 3 with the module code, and only the
+ *      new interned strings they reach come here (place_names);
  *   2. what the code objects that run once (the module's, its class bodies)
  *      reach that may live on after they ran: constants (str, int, float,
  *      complex: globals, class attributes, default arguments, dict
@@ -85,6 +89,8 @@ struct pycds_writer {
     addr_table seen;          /* interned strs earlier chunks hold (owned refs) */
     uint64_t tail_start;      /* heap offset where the chunk's tail starts */
     PyObject *keepalive;      /* proxies whose addresses must not be reused */
+    PyObject *dead;           /* ids of function code objects predicted dead
+                               * (a set of int, borrowed for one add), or NULL */
 };
 
 /* ---- buffers ---------------------------------------------------------- */
@@ -370,6 +376,29 @@ runs_once(PyObject *op)
     return PyCode_Check(op) && !(((PyCodeObject *)op)->co_flags & CO_OPTIMIZED);
 }
 
+/* Whether the caller predicted that no function of code object op outlives
+ * the import (pycds.dump: the dump process held none at exit; a function
+ * the module body deleted, or replaced -- operator.py's by _operator's). */
+static int
+predicted_dead(pycds_writer *w, PyObject *op)
+{
+    if (w->dead == NULL) {
+        return 0;
+    }
+    PyObject *key = PyLong_FromVoidPtr(op);
+    if (key == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int r = PySet_Contains(w->dead, key);
+    Py_DECREF(key);
+    if (r < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return r;
+}
+
 /* Part 1 of a chunk: the function code objects of the module (in root's
  * co_consts, or in those of its class bodies, recursively), with all they
  * reach (nested code objects sit directly in co_consts, never inside a
@@ -393,7 +422,7 @@ copy_part1(pycds_writer *w, PyCodeObject *code, int depth)
         if (runs_once(item)) {
             rc = copy_part1(w, (PyCodeObject *)item, depth + 1);
         }
-        else if (PyCode_Check(item)
+        else if ((PyCode_Check(item) && !predicted_dead(w, item))
                  || (depth == 0 && i == 0 && PyUnicode_CheckExact(item)
                      && !pycds_layout_str_interned(item)
                      && !pycds_image_contains(item, sizeof(PyObject)))) {
@@ -446,6 +475,15 @@ flush_pending(pycds_writer *w, int only_new)
     return PYCDS_OK;
 }
 
+/* Part 2 skips what is copied already, static, or past the work budget. */
+static int
+placed_or_spent(pycds_writer *w, PyObject *op, long *budget)
+{
+    uint64_t off;
+    return op == NULL || --*budget < 0 || pycds_image_contains(op, sizeof(PyObject))
+           || memo_get(w, op, &off);
+}
+
 /* Part 2: copy now what the code objects that run once (the module's, its
  * class bodies) reach that may live on after they ran -- their constants
  * (str, int, float, complex, and the items of constant tuples and
@@ -459,8 +497,7 @@ static int
 place_early(pycds_writer *w, PyObject *op, int depth, long *budget)
 {
     uint64_t off;
-    if (op == NULL || --*budget < 0 || pycds_image_contains(op, sizeof(PyObject))
-        || memo_get(w, op, &off)) {
+    if (placed_or_spent(w, op, budget)) {
         return PYCDS_OK;
     }
     if (PyUnicode_CheckExact(op)) {
@@ -585,6 +622,52 @@ place_kept_tuples(pycds_writer *w, PyObject *code, int depth)
     return rc;
 }
 
+/* Part 2, for a function code object predicted dead: only the interned
+ * strings new to the archive that it reaches.  The code object itself goes
+ * to the tail with the module code; a string it alone reaches would be
+ * copied there too and, becoming the interpreter's interned one, keep its
+ * page of the tails' arena for good (release.c). */
+static int
+place_names(pycds_writer *w, PyObject *op, int depth, long *budget)
+{
+    uint64_t off;
+    if (placed_or_spent(w, op, budget)) {
+        return PYCDS_OK;
+    }
+    if (PyUnicode_CheckExact(op)) {
+        if (!pycds_layout_str_interned(op) || seen_has(w, op)) {
+            return PYCDS_OK;
+        }
+        return copy_interned(w, op, 0, &off);
+    }
+    if (depth >= PYCDS_MAX_DEPTH) {
+        return PYCDS_OK;
+    }
+    int rc = PYCDS_OK;
+    if (PyTuple_CheckExact(op)) {
+        for (Py_ssize_t i = 0; rc == PYCDS_OK && i < PyTuple_GET_SIZE(op); i++) {
+            rc = place_names(w, PyTuple_GET_ITEM(op, i), depth + 1, budget);
+        }
+    }
+    else if (PyFrozenSet_CheckExact(op)) {
+        PyObject *items = PySequence_Tuple(op);
+        if (items == NULL) {
+            return pycds_fail_python("frozenset items");
+        }
+        rc = place_names(w, items, depth, budget);
+        Py_DECREF(items);
+    }
+    else if (PyCode_Check(op)) {
+        const pycds_code_field *fields;
+        size_t n = pycds_layout_code_fields(&fields);
+        for (size_t i = 0; rc == PYCDS_OK && i < n; i++) {
+            PyObject *child = *(PyObject **)((char *)op + fields[i].offset);
+            rc = place_names(w, child, depth + 1, budget);
+        }
+    }
+    return rc;
+}
+
 static int
 place_part2(pycds_writer *w, PyObject *code, int depth, long *budget)
 {
@@ -605,11 +688,15 @@ place_part2(pycds_writer *w, PyObject *code, int depth, long *budget)
     PyObject *consts = ((PyCodeObject *)code)->co_consts;
     for (Py_ssize_t i = 0; depth < PYCDS_MAX_DEPTH && i < PyTuple_GET_SIZE(consts); i++) {
         PyObject *item = PyTuple_GET_ITEM(consts, i);
+        int rc = PYCDS_OK;
         if (runs_once(item)) {
-            int rc = place_part2(w, item, depth + 1, budget);
-            if (rc) {
-                return rc;
-            }
+            rc = place_part2(w, item, depth + 1, budget);
+        }
+        else if (PyCode_Check(item) && predicted_dead(w, item)) {
+            rc = place_names(w, item, depth + 1, budget);
+        }
+        if (rc) {
+            return rc;
         }
     }
     return PYCDS_OK;
@@ -648,7 +735,8 @@ pycds_writer_new(uint64_t seed, pycds_writer **out)
 }
 
 int
-pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info)
+pycds_writer_add(pycds_writer *w, uintptr_t code, uintptr_t dead,
+                 pycds_chunk_info *info)
 {
     if (w == NULL || info == NULL || code == 0) {
         return pycds_fail(PYCDS_E_ARG, "bad writer arguments");
@@ -656,6 +744,15 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, pycds_chunk_info *info)
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *co = (PyObject *)code;
     int rc = PYCDS_OK;
+    w->dead = NULL;
+    if (dead != 0) {
+        if (!PyAnySet_Check((PyObject *)dead)) {
+            rc = pycds_fail(PYCDS_E_ARG, "dead is not a set");
+            PyGILState_Release(g);
+            return rc;
+        }
+        w->dead = (PyObject *)dead;
+    }
     size_t saved_len = w->len, saved_nrelocs = w->nrelocs;
     uint64_t saved_nobjects = w->nobjects;
 
@@ -714,6 +811,7 @@ done:
     table_clear(&w->memo);
     w->npending = 0;
     w->tail_start = UINT64_MAX;
+    w->dead = NULL;
     if (PyList_SetSlice(w->keepalive, 0, PyList_GET_SIZE(w->keepalive), NULL) < 0) {
         PyErr_Clear();
     }

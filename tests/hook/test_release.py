@@ -309,3 +309,91 @@ def test_small_tails_go_back_together(tmp_path):
     tail_bytes = sum(e.chunk_len - e.root_off for e in tails)
     assert max(e.chunk_len - e.root_off for e in tails) < 4096
     assert released(share) >= tail_bytes // 2, (released(share), tail_bytes)
+
+
+# A module that defines functions it does not keep: one it calls and deletes,
+# one it replaces (as operator.py replaces its own with _operator's), a class
+# method it overrides.  Each is big: well over a page of bytecode, line
+# table and constants.  With KEEP set (the SHARE run only), it keeps one of
+# them: the dump run's prediction is then wrong for that one.
+BIG_BODY = "".join(f"    _v = len('statement {i} of a function the module drops')\n"
+                   for i in range(1500))
+DROPS = f'''"""Defines functions and drops them."""
+import os
+def _setup():
+{BIG_BODY}    return "set up"
+STATE = _setup()
+def replaced(x):
+{BIG_BODY}    return "python " + str(x)
+replaced = repr
+class Shape:
+    def area(self):
+{BIG_BODY.replace("    ", "        ")}        return "slow area"
+    area = lambda self: "fast area"
+if os.environ.get("KEEP"):
+    KEPT = _setup
+del _setup
+'''
+
+USE_DROPS = '''import gc, sys, drops
+gc.collect()
+import json      # the next import gives back what the body left dead
+print(drops.STATE, drops.replaced(3), drops.Shape().area())
+kept = getattr(drops, "KEPT", None)
+print(kept() if kept else "nothing kept", kept.__code__.co_consts[:2] if kept else "")
+import pycds
+print("released", pycds.stats()["released_bytes"], file=sys.stderr)
+'''
+
+
+@pytest.mark.skipif(not RELEASES, reason="3.10 chunks are kept whole")
+@pytest.mark.parametrize("keep", ["", "1"])
+def test_functions_the_module_drops_are_given_back(app, keep):
+    (app / "drops.py").write_text(DROPS)
+    (app / "usedrops.py").write_text(USE_DROPS)
+    a = str(app / "a.img")
+    dump = run_python("usedrops.py", cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=a)
+    assert dump.rc == 0, dump
+    plain = run_python("usedrops.py", cwd=app, KEEP=keep)
+    share = run_python("usedrops.py", cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=a,
+                       PYCDSVERBOSE=1, KEEP=keep)
+    assert share.rc == 0 and share.out == plain.out, (plain, share)
+    assert "drops" in share.served() and not share.warnings()
+    # Three functions of ~1500 statements each: each well over a page.
+    # When the program keeps one that the dump run dropped, that one stays
+    # (and works: the run above faults on any use of memory given back).
+    dropped = 2 if keep else 3
+    assert released(share) >= dropped * 48 * 1024, share
+
+
+def test_dump_predicts_the_functions_a_body_drops():
+    from pycds import dump
+    src = textwrap.dedent('''\
+        def kept(): pass
+        def gone(): pass
+        class C:
+            def m(self): pass
+            def dropped(self): pass
+            del dropped
+        def outer():
+            def inner(): pass
+            return inner
+        lam = lambda: 1
+        del gone
+        ''')
+    filename = f"<predict {os.getpid()}>"
+    ns = {}
+    exec(compile(src, filename, "exec"), ns)
+    live = dump.live_code_keys()
+    fresh = compile(src, filename, "exec")        # what the writer copies
+    dead = dump.predicted_dead(fresh, live)
+    codes, stack = [], [fresh]
+    while stack:
+        for c in stack.pop().co_consts:
+            if isinstance(c, type(fresh)):
+                codes.append(c)
+                stack.append(c)
+    assert {c.co_name for c in codes if id(c) in dead} == {"gone", "dropped"}
+    # Nested functions go with their enclosing code object, never on their own.
+    assert not any(c.co_name == "inner" and id(c) in dead for c in codes)
+    del ns
