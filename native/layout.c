@@ -114,6 +114,18 @@ copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
     return copy_type_slot(w, *off, op);
 }
 
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+/* 3.12's tables of inline cache sizes and of the base opcode of every
+ * specialised one, from its own header (libpython does not export them):
+ * bytecode_is_fresh() in layout_312.h. */
+#  define NEED_OPCODE_TABLES
+#  define _PyOpcode_Jump pycds_opcode_jump_312
+#  define _PyOpcode_Caches pycds_opcode_caches_312
+#  define _PyOpcode_Deopt pycds_opcode_deopt_312
+#  include "internal/pycore_opcode.h"
+#  undef NEED_OPCODE_TABLES
+#endif
+
 #if PY_VERSION_HEX >= 0x030C0000
 #  include "layout/layout_312.h"        /* 3.12 and 3.13 */
 #elif PY_VERSION_HEX >= 0x030B0000

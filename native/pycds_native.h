@@ -87,7 +87,11 @@ int pycds_layout_id(char *buf, size_t cap);
 /* Writer: deep-copies code objects into a growing heap.  The writer owns
  * its buffers; pycds_writer_free() releases them (NULL is allowed). */
 int pycds_writer_new(uint64_t seed, pycds_writer **out);
-int pycds_writer_add(pycds_writer *w, uintptr_t code, uintptr_t dead,
+/* Copy code object code (a PyObject *) and all it reaches as one chunk,
+ * bytecode in its fresh form (as unmarshal makes it) whether or not it has
+ * run.  ran: code is the one the import executed; its function code
+ * objects that nothing else holds are predicted dead (writer.c). */
+int pycds_writer_add(pycds_writer *w, uintptr_t code, int ran,
                      pycds_chunk_info *info);
 /* Borrowed views of the heap and relocation buffers, valid until the next
  * pycds_writer_add() or pycds_writer_free(). */

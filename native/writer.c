@@ -22,10 +22,11 @@
  *      comprehensions, methods: in the co_consts of the module code or of
  *      its class bodies) with everything they reach, and the module's
  *      docstring (it lives on as __doc__), then the interned strings of all
- *      these that no earlier chunk holds.  Not the functions the caller
- *      predicts dead (pycds.dump: the dump process held no function of
- *      them at exit -- deleted, or replaced as operator.py's are by
- *      _operator's): they go to part 3 with the module code, and only the
+ *      these that no earlier chunk holds.  Not the functions predicted
+ *      dead (when the module code is the one its import ran: no function
+ *      of them alive at the dump -- deleted, or replaced as operator.py's
+ *      are by _operator's: predicted_dead): they go to part 3 with the
+ *      module code, and only the
  *      new interned strings they reach come here (place_names);
  *   2. what the code objects that run once (the module's, its class bodies)
  *      reach that may live on after they ran: constants (str, int, float,
@@ -89,8 +90,7 @@ struct pycds_writer {
     addr_table seen;          /* interned strs earlier chunks hold (owned refs) */
     uint64_t tail_start;      /* heap offset where the chunk's tail starts */
     PyObject *keepalive;      /* proxies whose addresses must not be reused */
-    PyObject *dead;           /* ids of function code objects predicted dead
-                               * (a set of int, borrowed for one add), or NULL */
+    int ran;                  /* the root is the code the import ran */
 };
 
 /* ---- buffers ---------------------------------------------------------- */
@@ -376,27 +376,17 @@ runs_once(PyObject *op)
     return PyCode_Check(op) && !(((PyCodeObject *)op)->co_flags & CO_OPTIMIZED);
 }
 
-/* Whether the caller predicted that no function of code object op outlives
- * the import (pycds.dump: the dump process held none at exit; a function
- * the module body deleted, or replaced -- operator.py's by _operator's). */
+/* Whether no function of code object op is predicted to outlive the import
+ * (a function the module body deleted, or replaced -- operator.py's by
+ * _operator's).  Only when the root is the code object the import ran: op
+ * is predicted dead if nothing but the co_consts tuple that holds it does
+ * (every live function, generator and frame of it would hold a reference;
+ * the writer itself takes none on what it copies).  A wrong guess costs a
+ * page that is not given back, never an object (release.c). */
 static int
 predicted_dead(pycds_writer *w, PyObject *op)
 {
-    if (w->dead == NULL) {
-        return 0;
-    }
-    PyObject *key = PyLong_FromVoidPtr(op);
-    if (key == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int r = PySet_Contains(w->dead, key);
-    Py_DECREF(key);
-    if (r < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return r;
+    return w->ran && Py_REFCNT(op) == 1;
 }
 
 /* Part 1 of a chunk: the function code objects of the module (in root's
@@ -735,7 +725,7 @@ pycds_writer_new(uint64_t seed, pycds_writer **out)
 }
 
 int
-pycds_writer_add(pycds_writer *w, uintptr_t code, uintptr_t dead,
+pycds_writer_add(pycds_writer *w, uintptr_t code, int ran,
                  pycds_chunk_info *info)
 {
     if (w == NULL || info == NULL || code == 0) {
@@ -744,15 +734,7 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, uintptr_t dead,
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *co = (PyObject *)code;
     int rc = PYCDS_OK;
-    w->dead = NULL;
-    if (dead != 0) {
-        if (!PyAnySet_Check((PyObject *)dead)) {
-            rc = pycds_fail(PYCDS_E_ARG, "dead is not a set");
-            PyGILState_Release(g);
-            return rc;
-        }
-        w->dead = (PyObject *)dead;
-    }
+    w->ran = ran != 0;
     size_t saved_len = w->len, saved_nrelocs = w->nrelocs;
     uint64_t saved_nobjects = w->nobjects;
 
@@ -811,7 +793,7 @@ done:
     table_clear(&w->memo);
     w->npending = 0;
     w->tail_start = UINT64_MAX;
-    w->dead = NULL;
+    w->ran = 0;
     if (PyList_SetSlice(w->keepalive, 0, PyList_GET_SIZE(w->keepalive), NULL) < 0) {
         PyErr_Clear();
     }

@@ -65,7 +65,8 @@ def _activate(cfg):
         return finder.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
-        from . import _import_order, dump
+        from . import _capture, _import_order, dump
+        _capture.install()
         _import_order.install()
         atexit.register(dump.dump_at_exit, cfg)
         dump.dump_session()   # children started from here on inherit it

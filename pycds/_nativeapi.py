@@ -66,15 +66,17 @@ class Writer:
         self._w = ffi.gc(out[0], lib.pycds_writer_free)
         self._info = ffi.new("pycds_chunk_info *")
 
-    def add(self, code, dead=None):
-        """Copy ``code`` and all it reaches; return a :class:`Chunk`.
-        ``dead``: a set of ``id()`` of function code objects in ``code``
-        predicted not to outlive the import (laid out with the module code,
-        where the loader can give them back: native/writer.c).  Raises
-        NativeError (the heap is left as before) on failure."""
-        _check(lib.pycds_writer_add(self._w, id(code),
-                                    id(dead) if dead is not None else 0,
-                                    self._info), "copy")
+    def add(self, code, ran=False):
+        """Copy ``code`` and all it reaches; return a :class:`Chunk`.  The
+        bytecode is copied in the form a fresh unmarshal gives, whether or
+        not the code has run.  ``ran``: ``code`` is the code object the
+        import executed; a function code object in it (or in its class
+        bodies) that nothing but its ``co_consts`` holds is predicted dead
+        and laid out with the module code, where the loader can give it
+        back (native/writer.c).  Raises NativeError (the heap is left as
+        before) on failure."""
+        _check(lib.pycds_writer_add(self._w, id(code), bool(ran), self._info),
+               "copy")
         c = Chunk()
         for name in Chunk.__slots__:
             setattr(c, name, getattr(self._info, name))

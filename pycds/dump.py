@@ -7,12 +7,15 @@ path importer's loader for ``.py`` files) -- stdlib and site-packages
 included.  Builtin, frozen, extension and namespace modules, ``__main__``, and
 modules with other loaders are left to plain import.
 
-The code object archived is the one plain import would run now:
-``loader.get_code(name)`` (from the ``.pyc`` when it is valid, else compiled
-from source), fresh, never the executed (quickened) one.  With it goes what
-the share run needs to prove that plain import would still produce the same
-code: the source's ``st_mtime_ns`` and size and a source hash, and the
-``.pyc``'s kind and stat when it was hash-based (PEP 552).
+The code object archived is the one plain import would run now: the one
+this run's import executed (pycds._capture), when its source is unchanged
+since, else ``loader.get_code(name)`` again (from the ``.pyc`` when it is
+valid, else compiled from source).  Either way the archive holds its fresh
+form: bytecode as unmarshal makes it, whatever running it specialised
+(native/layout).  With it goes what the share run needs to prove that plain
+import would still produce the same code: the source's ``st_mtime_ns`` and
+size and a source hash, and the ``.pyc``'s kind and stat when it was
+hash-based (PEP 552).
 """
 
 import _imp
@@ -24,7 +27,7 @@ import time
 from _frozen_importlib import ModuleSpec
 from _frozen_importlib_external import SourceFileLoader
 
-from . import _config
+from . import _capture, _config
 from . import _format as F
 from . import _import_order, _log, _search
 
@@ -102,44 +105,6 @@ def collect(pairs):
         yield name, spec
 
 
-_CO_OPTIMIZED = 0x0001      # inspect.CO_OPTIMIZED: a function, not a body
-
-
-def live_code_keys():
-    """``(co_filename, co_firstlineno, co_name)`` of the code of every
-    function, generator, coroutine and async generator alive now: the code
-    objects whose functions outlive the imports (~10 ms for the 13,000
-    functions of numpy, flask and boto3)."""
-    import gc
-    from operator import attrgetter
-    from types import AsyncGeneratorType, CoroutineType, FunctionType, GeneratorType
-    code_of = {FunctionType: attrgetter("__code__"), GeneratorType: attrgetter("gi_code"),
-               CoroutineType: attrgetter("cr_code"), AsyncGeneratorType: attrgetter("ag_code")}
-    holders = [o for o in gc.get_objects() if type(o) in code_of]
-    return set(map(attrgetter("co_filename", "co_firstlineno", "co_name"),
-                   [code_of[type(o)](o) for o in holders]))
-
-
-def predicted_dead(code, live):
-    """``id()`` of the function code objects that the module body ``code``
-    (or one of its class bodies) defines and whose key is not in ``live``
-    (:func:`live_code_keys`): defined and then deleted or replaced (the pure
-    Python half of operator, datetime, heapq...).  The writer lays them out
-    with the module code, so that the loader gives them back once the body
-    ran; a wrong guess keeps a page, never loses an object (release.c)."""
-    dead = set()
-    stack = [code]
-    while stack:
-        for c in stack.pop().co_consts:
-            if type(c) is not type(code):
-                continue
-            if not c.co_flags & _CO_OPTIMIZED:
-                stack.append(c)            # a class body
-            elif (c.co_filename, c.co_firstlineno, c.co_name) not in live:
-                dead.add(id(c))
-    return dead
-
-
 def dump_modules(pairs, path, verbose=0, session=None):
     """Archive the modules among ``pairs`` into ``path``.
 
@@ -158,19 +123,21 @@ def dump_modules(pairs, path, verbose=0, session=None):
     skipped = 0
     check_hash = _imp.check_hash_based_pycs
     searches = _search.Recorder()
-    live = live_code_keys()
+    as_ran = 0
     for name, spec in collect(pairs):
         origin = spec.origin
         try:
             st = os.stat(origin)
             with open(origin, "rb") as f:
                 src = f.read()
-            code = SourceFileLoader(name, origin).get_code(name)
+            ran = _capture.ran(name, spec.loader, st.st_mtime_ns, st.st_size)
+            code = ran if ran is not None else \
+                SourceFileLoader(name, origin).get_code(name)
             st2 = os.stat(origin)
             if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
                 raise OSError("source changed during the dump")
             pyc_kind, pyc_mtime, pyc_size = _pyc_facts(spec.cached)
-            chunk = writer.add(code, predicted_dead(code, live))
+            chunk = writer.add(code, ran=ran is not None)
         except Exception as e:
             skipped += 1
             if verbose >= 2:
@@ -185,6 +152,13 @@ def dump_modules(pairs, path, verbose=0, session=None):
             chunk.chunk_off, chunk.chunk_len, chunk.root_off,
             chunk.reloc_first, chunk.reloc_count, chunk.checksum,
             chunk.nobjects, searches.record(name, spec)))
+        if ran is not None:
+            as_ran += 1
+        elif verbose >= 2:
+            _log.verbose(f"read again {name}", 2)
+    if verbose >= 2:
+        _log.verbose(f"{as_ran} of {len(entries)} modules archived as their "
+                     f"import ran them, {len(entries) - as_ran} read again", 2)
     meta = F.meta_for_this_interpreter()
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()
@@ -316,6 +290,8 @@ def dump_at_exit(config):
         _log.warning(f"no archive was written to {config.archive}: "
                      f"{str(e) or type(e).__name__}")
         return
+    finally:
+        _capture.stop()
     ms = (time.perf_counter() - t0) * 1e3
     _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "
                  f"in {ms:.1f} ms", 1)

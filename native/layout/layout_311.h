@@ -96,6 +96,28 @@ copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
     return copy_plain(w, op, size, 0, off);
 }
 
+/* Overwrite the bytecode of copy c with the deoptimised bytecode of src
+ * (co_code: _PyCode_GetCode, Objects/codeobject.c, 3.11). */
+static int
+fresh_bytecode(PyCodeObject *src, PyCodeObject *c)
+{
+    PyObject *bytes = PyCode_GetCode(src);
+    if (bytes == NULL) {
+        return pycds_fail_python("reading co_code");
+    }
+    size_t n = (size_t)Py_SIZE(src) * sizeof(_Py_CODEUNIT);
+    int rc = PYCDS_OK;
+    if (!PyBytes_Check(bytes) || (size_t)PyBytes_GET_SIZE(bytes) != n) {
+        rc = pycds_fail(PYCDS_E_UNSUPPORTED,
+                        "co_code does not match the bytecode size");
+    }
+    else {
+        memcpy(c->co_code_adaptive, PyBytes_AS_STRING(bytes), n);
+    }
+    Py_DECREF(bytes);
+    return rc;
+}
+
 static int
 copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {
@@ -124,12 +146,18 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     c->_co_code = NULL;
     c->_co_linearray = NULL;
     c->co_extra = NULL;
-    /* The bytecode must be the unquickened form marshal produced. */
+    /* The bytecode is the unquickened form marshal produces: init_code
+     * copies co_code as it is and quickens only once co_warmup reaches 0
+     * (Objects/codeobject.c, _PyCode_Warmup in pycore_code.h, 3.11).  Code
+     * that has run (co_warmup moved) may hold specialised instructions and
+     * filled inline caches: its co_code attribute (_PyCode_GetCode) is the
+     * deoptimised bytecode with zeroed caches, as marshal writes it. */
     PyCodeObject *src = (PyCodeObject *)op;
     if (src->co_warmup != QUICKENING_INITIAL_WARMUP_VALUE) {
-        return pycds_fail(PYCDS_E_UNSUPPORTED,
-                          "code object %.100s has already run (quickened)",
-                          PyUnicode_AsUTF8(src->co_name));
+        rc = fresh_bytecode(src, c);
+        if (rc) {
+            return rc;
+        }
     }
     rc = copy_type_slot(w, *off, op);
 #define COPY_FIELD(f)                                                   \

@@ -23,9 +23,10 @@
  *     states MORTAL / IMMORTAL / IMMORTAL_STATIC.  See pycds_layout_intern().
  *   - code: quickened at creation (init_code calls _PyCode_Quicken), so a
  *     fresh code object's co_code_adaptive already holds the adaptive
- *     counters a fresh unmarshal leaves; copy_code() checks the source is in
- *     that state by comparing with a replica made by code.replace() (which
- *     runs init_code on the deoptimised bytecode, as unmarshal does).  New
+ *     counters a fresh unmarshal leaves; copy_code() writes that state,
+ *     taken from a replica made by code.replace() (which runs init_code on
+ *     the deoptimised bytecode, as unmarshal does), whatever the source's
+ *     run left in it.  New
  *     per-process fields: co_version (drawn from a global counter by
  *     init_code; functions take it as func_version, which specialised CALLs
  *     use as a guard, so it must be unique in the process),
@@ -63,6 +64,7 @@
 #define PYCDS_313 (PY_VERSION_HEX >= 0x030D0000)
 
 #include "internal/pycore_gc.h"
+#include "opcode.h"                      /* 3.13: opcode_ids.h */
 #include "internal/pycore_code.h"
 #include "internal/pycore_interp.h"
 #include "internal/pycore_long.h"
@@ -209,46 +211,113 @@ copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
     return copy_plain(w, op, size, 0, off);
 }
 
-/* 0 if the adaptive bytecode of code object op is exactly what init_code
- * makes of its bytecode (as after unmarshal: never run, so no specialised
- * instruction and every counter at its initial value), else an error.  The
- * reference is a replica from code.replace(), which deoptimises the
- * bytecode (_PyCode_GetCode) and builds a new code object through
- * init_code and _PyCode_Quicken, as marshal's round trip does. */
+/* 1 if the adaptive bytecode of src is still what init_code left in it (as
+ * after unmarshal): never executed, never instrumented, no executor; 0 when
+ * that is not certain.  Execution changes the first instruction that runs
+ * in a way that never undoes itself:
+ *   - 3.12: every instruction with inline caches starts with its counter at
+ *     adaptive_counter_warmup() and the other cache entries zero
+ *     (_PyCode_Quicken, Python/specialize.c); the first execution
+ *     decrements the counter, and later ones specialise the instruction or
+ *     back the counter off, never to that value again.  The superinstructions
+ *     _PyCode_Quicken writes have no caches and stay.
+ *   - 3.13: the first RESUME, reached by every run after the cache-less
+ *     prefix the compiler emits (MAKE_CELL, COPY_FREE_VARS,
+ *     RETURN_GENERATOR, POP_TOP), specialises itself to RESUME_CHECK the
+ *     first time it runs (Python/bytecodes.c).
+ * Instrumentation sets _co_instrumentation_version and _co_monitoring
+ * (Python/instrumentation.c); 3.13's executors hang on co_executors. */
 static int
-check_fresh(PyCodeObject *src)
+bytecode_is_fresh(PyCodeObject *src)
 {
+    if (src->_co_instrumentation_version != 0 || src->_co_monitoring != NULL) {
+        return 0;
+    }
+    const _Py_CODEUNIT *code = _PyCode_CODE(src);
+    Py_ssize_t n = Py_SIZE(src);
+#if PYCDS_313
+    if (src->co_executors != NULL) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int op = code[i].op.code;
+        if (op == RESUME) {
+            return 1;
+        }
+        if (op != MAKE_CELL && op != COPY_FREE_VARS && op != RETURN_GENERATOR
+            && op != POP_TOP && op != EXTENDED_ARG && op != NOP) {
+            return 0;
+        }
+    }
+    return 0;
+#else
+    uint16_t warm = adaptive_counter_warmup();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int op = code[i].op.code;
+        if (op >= MIN_INSTRUMENTED_OPCODE) {
+            return 0;
+        }
+        int base = pycds_opcode_deopt_312[op];
+        int caches = pycds_opcode_caches_312[base];
+        if (caches == 0) {
+            continue;
+        }
+        if (op != base || i + caches >= n || code[i + 1].cache != warm) {
+            return 0;
+        }
+        for (int k = 2; k <= caches; k++) {
+            if (code[i + k].cache != 0) {
+                return 0;
+            }
+        }
+        i += caches;
+    }
+    return 1;
+#endif
+}
+
+/* Overwrite the bytecode of copy c with what init_code makes of src's
+ * bytecode (as after unmarshal: no specialised or instrumented instruction,
+ * every counter at its initial value).  Code that has run holds
+ * specialisations and counters, and instrumentation under sys.monitoring or
+ * a trace function.  The reference is a replica from code.replace(), which
+ * deoptimises the bytecode (_PyCode_GetCode) and builds a new code object
+ * through init_code and _PyCode_Quicken (Objects/codeobject.c, 3.12 and
+ * 3.13), as marshal's round trip does. */
+static int
+fresh_bytecode(PyCodeObject *src, PyCodeObject *c)
+{
+    if (bytecode_is_fresh(src)) {
+        return PYCDS_OK;          /* copied as it is */
+    }
     PyObject *replica = PyObject_CallMethod((PyObject *)src, "replace", NULL);
     if (replica == NULL) {
         return pycds_fail_python("replicating a code object");
     }
-    size_t n = (size_t)Py_SIZE(src) * sizeof(_Py_CODEUNIT);
-    int same = Py_SIZE(replica) == Py_SIZE(src)
-               && memcmp(((PyCodeObject *)replica)->co_code_adaptive,
-                         src->co_code_adaptive, n) == 0;
-    Py_DECREF(replica);
-    if (!same) {
-        return pycds_fail(PYCDS_E_UNSUPPORTED,
-                          "code object %.100s has already run (quickened)",
-                          PyUnicode_AsUTF8(src->co_name));
+    int rc = PYCDS_OK;
+    if (!PyCode_Check(replica) || Py_SIZE(replica) != Py_SIZE(src)) {
+        rc = pycds_fail(PYCDS_E_UNSUPPORTED,
+                        "a replica of a code object has another size");
     }
-    return PYCDS_OK;
+    else {
+        memcpy(c->co_code_adaptive,
+               ((PyCodeObject *)replica)->co_code_adaptive,
+               (size_t)Py_SIZE(src) * sizeof(_Py_CODEUNIT));
+    }
+    Py_DECREF(replica);
+    return rc;
 }
 
 static int
 copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {
     PyCodeObject *src = (PyCodeObject *)op;
-    int rc = check_fresh(src);
-    if (rc) {
-        return rc;
-    }
     /* The bytecode's exact end: _PyObject_VAR_SIZE rounds up to 8, and
      * the allocation's tail past the last code unit is uninitialised
      * (the heap block is zero-padded instead). */
     size_t size = offsetof(PyCodeObject, co_code_adaptive)
                   + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
-    rc = copy_raw(w, op, size, 0, off);
+    int rc = copy_raw(w, op, size, 0, off);
     if (rc) {
         return rc;
     }
@@ -265,6 +334,10 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     c->co_executors = NULL;
 #endif
     c->co_extra = NULL;
+    rc = fresh_bytecode(src, c);
+    if (rc) {
+        return rc;
+    }
     /* The alignment padding after _co_firsttraceable is never written by
      * init_code: zero it, so no stale process memory reaches the archive
      * (and the archive bytes are deterministic; valgrind flagged it). */

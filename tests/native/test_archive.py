@@ -228,42 +228,52 @@ class TestRoundTrip:
             assert n is sys.intern(n) is r
             assert shared(n) == shared(r)
 
-    @pytest.mark.skipif(sys.version_info < (3, 11),
-                        reason="3.10 does not quicken (co_code is immutable "
-                               "bytes): test_code_that_has_run_is_copied_fresh")
-    def test_quickened_code_is_refused(self):
-        def hot(n):
-            s = 0
-            for i in range(n):
-                s += i
-            return s
-        for _ in range(20):
-            hot(100)
-        w = N.Writer(1)
-        with pytest.raises(NativeError, match="quickened"):
-            w.add(hot.__code__)
-        assert len(w.heap()) == 0
-
-    @pytest.mark.skipif(sys.version_info >= (3, 11),
-                        reason="3.11+ quickens code in place: "
-                               "test_quickened_code_is_refused")
-    def test_code_that_has_run_is_copied_fresh(self, tmp_path):
-        # 3.10: after OPCACHE_MIN_RUNS (1024) calls a code object has an
-        # opcache and a zombie frame; the copy must start without them.
+    @pytest.mark.parametrize("traced", [False, True])
+    def test_code_that_has_run_is_copied_fresh(self, tmp_path, traced):
+        # Code that has run holds per-process state: 3.10 an opcache and a
+        # zombie frame after OPCACHE_MIN_RUNS (1024) calls; 3.11+ specialised
+        # instructions and filled inline caches in co_code_adaptive, and on
+        # 3.12+ instrumented instructions while a trace function is set.  The
+        # copy must be the code as a fresh unmarshal makes it.
         src = ("def hot(n, k=2):\n    s = 0\n    for i in range(n):\n"
-               "        s += len(str(i)) * k\n    return lambda: s + k\n")
+               "        s += len(str(i)) * k\n    return lambda: s + k\n"
+               "class C:\n    def m(self, x):\n        return x.real + 1\n"
+               "    def cold(self, x):\n        return x.real + self.m(x)\n")
+        code = compile(src, "/v/hot.py", "exec")
+        fresh = marshal.loads(marshal.dumps(code))
         ns = {}
-        exec(compile(src, "/v/hot.py", "exec"), ns)
-        hot = ns["hot"]
-        for _ in range(3000):
-            hot(3)
-        index, arch = archive_of({"hot": hot.__code__}, tmp_path)
+        old = sys.gettrace()
+        if traced:
+            sys.settrace(lambda *a: None)
+        try:
+            exec(code, ns)
+            hot, m = ns["hot"], ns["C"]().m
+            for _ in range(3000):
+                hot(3)
+                m(2.5)
+                m(7)
+            assert hot.__code__ is next(c for c in code.co_consts
+                                        if getattr(c, "co_name", "") == "hot")
+            index, arch = archive_of({"hot": code}, tmp_path)
+        finally:
+            sys.settrace(old)
+        if sys.version_info >= (3, 11) and not traced:
+            # (not vacuous: the run specialised the bytecode in place)
+            assert hot.__code__._co_code_adaptive != \
+                next(c for c in fresh.co_consts
+                     if getattr(c, "co_name", "") == "hot")._co_code_adaptive
         got = arch.load(index.lookup("hot"))
-        assert got.co_cellvars == ("k", "s") == hot.__code__.co_cellvars
-        f = types.FunctionType(got, {"__builtins__": __builtins__}, "hot",
-                               (2,))
+        for g, r in zip(all_codes(got), all_codes(fresh)):
+            assert g.co_name == r.co_name and g.co_code == r.co_code
+            if sys.version_info >= (3, 11):
+                assert g._co_code_adaptive == r._co_code_adaptive, g.co_name
+        got_ns = {"__builtins__": __builtins__}
+        exec(got, got_ns)
+        f = got_ns["hot"]
+        assert f.__code__.co_cellvars == ("k", "s") == hot.__code__.co_cellvars
         for _ in range(3000):
             assert f(3)() == hot(3)() == 8
+            assert got_ns["C"]().m(2.5) == m(2.5) == 3.5
         assert [f(n, 3)() for n in (0, 10, 200)] == \
             [hot(n, 3)() for n in (0, 10, 200)]
 

@@ -1,0 +1,134 @@
+"""DUMP archives the code objects its imports ran (pycds._capture), in their
+fresh form, unless the source may have changed since: then it reads the
+module again.  Either way a SHARE run behaves as a plain one."""
+
+import os
+import sys
+import time
+
+from conftest import run_python
+
+MOD = '''"""A module whose functions get hot in the dump run."""
+VALUE = "first version"
+def hot(n):
+    s = 0
+    for i in range(n):
+        s += len(str(i)) + i % 7
+    return s
+class Shape:
+    def area(self, x):
+        return x.real * 2
+'''
+
+PROG = '''import sys
+if len(sys.argv) > 1 and sys.argv[1] == "trace":
+    sys.settrace(lambda *a: None)
+import json, mod
+total = sum(mod.hot(50) for _ in range(2000))
+area = sum(mod.Shape().area(x) for x in [1, 2.5] * 1000)
+print(mod.VALUE, total, area, mod.hot.__code__.co_code.hex()[:40])
+if len(sys.argv) > 1 and sys.argv[1] == "edit":
+    # a new version of the module, after its import and before the dump
+    with open(mod.__file__) as f:
+        text = f.read()
+    with open(mod.__file__, "w") as f:
+        f.write(text.replace("first", "second"))
+'''
+
+
+def installed(path, age=3600):
+    """Give ``path`` the mtime of a file installed ``age`` seconds ago."""
+    then = time.time() - age
+    os.utime(path, (then, then))
+
+
+def read_again(run):
+    return [line.rsplit(" ", 1)[1] for line in run.err.splitlines()
+            if line.startswith("[pycds] read again ")]
+
+
+def as_ran(run):
+    for line in run.err.splitlines():
+        if "modules archived as their import ran them" in line:
+            return int(line.split()[1])
+    raise AssertionError(f"no summary line: {run!r}")
+
+
+def app(tmp_path, age=3600):
+    (tmp_path / "mod.py").write_text(MOD)
+    (tmp_path / "prog.py").write_text(PROG)
+    if age:
+        installed(tmp_path / "mod.py", age)
+    return tmp_path
+
+
+def dump(cwd, *args):
+    return run_python(["prog.py", *args], cwd=cwd, PYCDSMODE="DUMP",
+                      PYCDSARCHIVE=str(cwd / "a.img"), PYCDSVERBOSE=2)
+
+
+def share(cwd, *args):
+    return run_python(["prog.py", *args], cwd=cwd, PYCDSMODE="SHARE",
+                      PYCDSARCHIVE=str(cwd / "a.img"), PYCDSVERBOSE=1)
+
+
+def test_the_dump_archives_the_code_its_imports_ran(tmp_path):
+    cwd = app(tmp_path)
+    d = dump(cwd)
+    assert d.rc == 0 and not d.warnings(), d
+    assert "mod" not in read_again(d) and "json" not in read_again(d), d
+    assert as_ran(d) >= 3, d           # mod, json, json.decoder...
+    plain = run_python("prog.py", cwd=cwd)
+    s = share(cwd)
+    assert s.rc == 0 and s.out == plain.out == d.out, (plain, s)
+    assert "mod" in s.served() and not s.warnings()
+
+
+def test_code_that_ran_traced_is_archived_fresh(tmp_path):
+    # A trace function instruments the bytecode in place on 3.12+.
+    cwd = app(tmp_path)
+    d = dump(cwd, "trace")
+    assert d.rc == 0 and "mod" not in read_again(d), d
+    plain = run_python("prog.py", cwd=cwd)
+    s = share(cwd)
+    assert s.rc == 0 and s.out == plain.out, (plain, s)
+    assert "mod" in s.served()
+
+
+def test_a_source_edited_after_its_import_is_read_again(tmp_path):
+    cwd = app(tmp_path)
+    d = dump(cwd, "edit")
+    assert d.rc == 0 and "first version" in d.out, d
+    # The edit gave the source a new mtime: the code that ran is not the
+    # source's any more, so the dump reads (compiles) the module again.
+    assert "mod" in read_again(d), d
+    plain = run_python("prog.py", cwd=cwd)
+    assert "second version" in plain.out
+    s = share(cwd)
+    assert s.rc == 0 and s.out == plain.out, (plain, s)
+    assert "mod" in s.served() and not s.fallbacks()
+
+
+def test_a_source_written_just_before_its_import_is_read_again(tmp_path):
+    # An edit between the import's read of the .pyc and the capture's stat
+    # would look like this: a source modified right before its body ran.
+    cwd = app(tmp_path, age=0)
+    d = dump(cwd)
+    assert d.rc == 0 and "mod" in read_again(d), d
+    plain = run_python("prog.py", cwd=cwd)
+    s = share(cwd)
+    assert s.rc == 0 and s.out == plain.out and "mod" in s.served(), (plain, s)
+
+
+def test_the_api_form_archives_what_its_imports_ran(tmp_path):
+    cwd = app(tmp_path)
+    (cwd / "mods.lst").write_text("mod\njson\n")
+    code = ("import pycds, pycds._capture as c, sys\n"
+            "n = pycds._dump('mods.lst', 'a.img')\n"
+            "print(n, c.active(), 'mod' in sys.modules)\n")
+    d = run_python(["-c", code], cwd=cwd, PYCDSMODE="MANUALLY", PYCDSVERBOSE=2)
+    assert d.rc == 0 and d.out.split()[1:] == ["False", "True"], d
+    assert "mod" not in read_again(d) and "json" not in read_again(d), d
+    plain = run_python("prog.py", cwd=cwd)
+    s = share(cwd)
+    assert s.rc == 0 and s.out == plain.out and "mod" in s.served(), (plain, s)
