@@ -19,13 +19,14 @@ here, most of the extra time of a DUMP run of a small program.
 
 import marshal
 import os
-import struct
 import sys
 import time
 
 from . import _format as F
 
 _TMP_MARK = ".pycds-tmp."
+_ORDER = sys.byteorder
+_ZERO4 = bytes(4)
 
 
 def chunk_table(entries, archive_id, strict=True):
@@ -43,10 +44,15 @@ def chunk_table(entries, archive_id, strict=True):
                        or e.root_off > m32 or e.reloc_count > m32):
             raise ValueError(f"module entry {i} ({e.name}) out of order")
         end = e.chunk_off + e.chunk_len
-        # native byte order: the C loader reads the records as structs
-        recs.append(struct.pack("=QIIQIIQ", e.chunk_off & m64, e.chunk_len & m32,
-                                e.root_off & m32, e.reloc_first & m64,
-                                e.reloc_count & m32, 0, e.chunk_sum & m64))
+        # struct.pack("=QIIQIIQ", ...): native byte order, the C loader
+        # reads the records as structs (struct itself is not imported: the
+        # dump of a small program pays ~0.3 ms for it)
+        recs += [(e.chunk_off & m64).to_bytes(8, _ORDER),
+                 (e.chunk_len & m32).to_bytes(4, _ORDER),
+                 (e.root_off & m32).to_bytes(4, _ORDER),
+                 (e.reloc_first & m64).to_bytes(8, _ORDER),
+                 (e.reloc_count & m32).to_bytes(4, _ORDER), _ZERO4,
+                 (e.chunk_sum & m64).to_bytes(8, _ORDER)]
     table = b"".join(recs)
     return table, hash64(table, archive_id)
 
