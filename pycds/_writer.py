@@ -124,10 +124,11 @@ def _align(x, a):
     return (x + a - 1) // a * a
 
 
-def write_atomic(path, chunks):
+def write_atomic(path, chunks, length=None):
     """Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
-    content of ``path``, atomically.  Raises OSError on failure, leaving
-    ``path`` as it was."""
+    content of ``path``, atomically; ``length``: the file's size in bytes
+    (zeros after the last chunk: an archive without modules ends in an
+    empty heap).  Raises OSError on failure, leaving ``path`` as it was."""
     path = os.path.abspath(path)
     d, base = os.path.split(path)
     os.makedirs(d, exist_ok=True)
@@ -150,6 +151,8 @@ def write_atomic(path, chunks):
                 n = os.pwrite(fd, view, off)
                 view = view[n:]
                 off += n
+        if length is not None:
+            os.ftruncate(fd, length)
         os.fchmod(fd, 0o644)
         if unnamed:
             # linkat(AT_SYMLINK_FOLLOW) gives the unnamed file a name; os.link

@@ -736,6 +736,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--reps", type=int, default=0, help="reps per variant (inproc, wall)")
     p.add_argument("--startup-reps", type=int, default=0)
+    p.add_argument("--dump-reps", type=int, default=0,
+                   help="DUMP and plain runs per workload (dump)")
     p.add_argument("--json", default="", help="also write the raw results here")
     p.add_argument("--chart", default="", help="write a PNG chart here (needs matplotlib)")
     p.add_argument("--chart-from", default="",
@@ -762,7 +764,7 @@ def main(argv=None):
     args.reps = args.reps or (7 if args.quick else 21)
     args.startup_reps = args.startup_reps or (40 if args.quick else 200)
     args.memory_reps = 1 if args.quick else 3
-    args.dump_reps = 3 if args.quick else 7
+    args.dump_reps = args.dump_reps or (3 if args.quick else 11)
     results = Bench(args).run()
     text = report(results)
     print(text)

@@ -8,9 +8,12 @@ included.  Builtin, frozen, extension and namespace modules, ``__main__``, and
 modules with other loaders are left to plain import.
 
 The code object archived is the one plain import would run now: the one
-this run's import executed (pycds._capture), when its source is unchanged
-since, else ``loader.get_code(name)`` again (from the ``.pyc`` when it is
-valid, else compiled from source).  Either way the archive holds its fresh
+this run's import executed (pycds._capture), when neither the source nor
+the ``.pyc`` plain import trusts for it changed since, else
+``loader.get_code(name)`` again (from the ``.pyc`` when it is valid, else
+compiled from source).  Modules imported at start-up before ``pycds.pth``
+ran are not archived by a DUMP run (a SHARE run imports them before its
+finder exists).  Either way the archive holds its fresh
 form: bytecode as unmarshal makes it, whatever running it specialised
 (native/layout).  With it goes what the share run needs to prove that plain
 import would still produce the same code: the source's ``st_mtime_ns`` and
@@ -25,7 +28,7 @@ import time
 # importlib.machinery re-exports these; importing it would also import
 # importlib and warnings at every DUMP start-up.
 from _frozen_importlib import ModuleSpec
-from _frozen_importlib_external import SourceFileLoader
+from _frozen_importlib_external import MAGIC_NUMBER, SourceFileLoader
 
 from . import _capture, _config
 from . import _format as F
@@ -63,23 +66,43 @@ def _source_loader_class():
 
 
 def _pyc_facts(cached):
-    """(kind, mtime_ns, size) of the .pyc plain import reads, if any."""
+    """(kind, mtime_ns, size, first 16 bytes) of the .pyc plain import
+    reads, if any."""
     if not cached:
-        return F.PYC_NONE, 0, 0
+        return F.PYC_NONE, 0, 0, b""
     try:
         with open(cached, "rb") as f:
             head = f.read(16)
             st = os.fstat(f.fileno())
     except OSError:
-        return F.PYC_NONE, 0, 0
+        return F.PYC_NONE, 0, 0, b""
     if len(head) < 16:
-        return F.PYC_NONE, 0, 0
+        return F.PYC_NONE, 0, 0, b""
     flags = int.from_bytes(head[4:8], "little")
     if flags & 1:
         kind = F.PYC_CHECKED_HASH if flags & 2 else F.PYC_UNCHECKED_HASH
     else:
         kind = F.PYC_TIMESTAMP
-    return kind, st.st_mtime_ns, st.st_size
+    return kind, st.st_mtime_ns, st.st_size, head
+
+
+def _pyc_trusted(head, st, src):
+    """Whether plain import would load the .pyc starting with ``head`` for
+    the source of stat ``st`` and bytes ``src`` rather than compile the
+    source (SourceLoader.get_code, _classify_pyc, _validate_timestamp_pyc,
+    _validate_hash_pyc in importlib/_bootstrap_external.py, 3.10-3.13)."""
+    if len(head) < 16 or head[:4] != MAGIC_NUMBER:
+        return False
+    flags = int.from_bytes(head[4:8], "little")
+    if flags & ~0b11:
+        return False
+    if flags & 0b1:
+        policy = _imp.check_hash_based_pycs
+        if policy != "never" and (flags & 0b10 or policy == "always"):
+            return head[8:16] == F.source_hash(src)
+        return True
+    return (int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
 
 
 def _is_hook_module(name):
@@ -90,7 +113,8 @@ def _is_hook_module(name):
 
 
 def collect(pairs):
-    """Yield ``(name, spec)`` for the archivable modules among ``pairs``."""
+    """Yield ``(name, module, spec)`` for the archivable modules among
+    ``pairs``."""
     loaders = _source_loader_class()
     seen = set()
     for name, module in pairs:
@@ -102,11 +126,13 @@ def collect(pairs):
         if not spec.has_location or not spec.origin:
             continue
         seen.add(name)
-        yield name, spec
+        yield name, module, spec
 
 
-def dump_modules(pairs, path, verbose=0, session=None):
-    """Archive the modules among ``pairs`` into ``path``.
+def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
+    """Archive the modules among ``pairs`` into ``path``; with
+    ``skip_preloaded``, not those imported before capturing started
+    (pycds._capture.preloaded).
 
     Returns ``(archived, skipped)`` counts.  Raises OSError when the file
     cannot be written and ImportError when the native module is missing;
@@ -124,19 +150,25 @@ def dump_modules(pairs, path, verbose=0, session=None):
     check_hash = _imp.check_hash_based_pycs
     searches = _search.Recorder()
     as_ran = 0
-    for name, spec in collect(pairs):
+    for name, module, spec in collect(pairs):
+        if skip_preloaded and _capture.preloaded(name, module):
+            continue
         origin = spec.origin
         try:
             st = os.stat(origin)
             with open(origin, "rb") as f:
                 src = f.read()
-            ran = _capture.ran(name, spec.loader, st.st_mtime_ns, st.st_size)
-            code = ran if ran is not None else \
+            pyc_kind, pyc_mtime, pyc_size, pyc_head = _pyc_facts(spec.cached)
+            ran = _capture.ran(name, module, origin, st.st_mtime_ns, st.st_size)
+            if ran is not None and not (
+                    pyc_mtime < ran[1] - _capture.SETTLED_NS
+                    and _pyc_trusted(pyc_head, st, src)):
+                ran = None
+            code = ran[0] if ran is not None else \
                 SourceFileLoader(name, origin).get_code(name)
             st2 = os.stat(origin)
             if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
                 raise OSError("source changed during the dump")
-            pyc_kind, pyc_mtime, pyc_size = _pyc_facts(spec.cached)
             chunk = writer.add(code, ran=ran is not None)
         except Exception as e:
             skipped += 1
@@ -182,7 +214,7 @@ def dump_modules(pairs, path, verbose=0, session=None):
         parts.insert(0, (0, header.pack()))
         parts.append((header.heap_off, heap))
         parts.append((header.reloc_off, relocs))
-        _writer.write_atomic(path, parts)
+        _writer.write_atomic(path, parts, header.file_len)
     return len(entries), skipped
 
 
@@ -284,8 +316,10 @@ def dump_at_exit(config):
     pairs = snapshot()
     t0 = time.perf_counter()
     try:
+        # What start-up imported before pycds.pth ran, a SHARE run imports
+        # before its finder too: not archived.
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
-                                  dump_session())
+                                  dump_session(), skip_preloaded=True)
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: "
                      f"{str(e) or type(e).__name__}")

@@ -80,6 +80,20 @@ def run_python(args, cwd=None, timeout=120, python=None, **env):
     return Run(proc)
 
 
+def installed(path, age=3600):
+    """Make the module at ``path`` look installed ``age`` seconds ago: the
+    source and a valid .pyc (py_compile, as pip and compileall write them)
+    both that old.  A DUMP run archives the code the import of such a module
+    ran (pycds._capture); a module written just now is read again."""
+    import py_compile
+    import time
+    then = time.time() - age
+    os.utime(path, (then, then))
+    pyc = py_compile.compile(str(path), doraise=True)
+    os.utime(pyc, (then, then))
+    return pyc
+
+
 def dump_and_share(args, cwd, archive, extra_env=None, verbose=1):
     """plain, DUMP and SHARE runs of the same command; returns the three."""
     extra_env = extra_env or {}

@@ -2,11 +2,9 @@
 fresh form, unless the source may have changed since: then it reads the
 module again.  Either way a SHARE run behaves as a plain one."""
 
-import os
-import sys
-import time
+import pytest
 
-from conftest import run_python
+from conftest import installed, run_python
 
 MOD = '''"""A module whose functions get hot in the dump run."""
 VALUE = "first version"
@@ -34,12 +32,6 @@ if len(sys.argv) > 1 and sys.argv[1] == "edit":
     with open(mod.__file__, "w") as f:
         f.write(text.replace("first", "second"))
 '''
-
-
-def installed(path, age=3600):
-    """Give ``path`` the mtime of a file installed ``age`` seconds ago."""
-    then = time.time() - age
-    os.utime(path, (then, then))
 
 
 def read_again(run):
@@ -132,3 +124,106 @@ def test_the_api_form_archives_what_its_imports_ran(tmp_path):
     plain = run_python("prog.py", cwd=cwd)
     s = share(cwd)
     assert s.rc == 0 and s.out == plain.out and "mod" in s.served(), (plain, s)
+
+
+def test_modules_start_up_imported_before_pycds_are_not_archived(tmp_path):
+    # encodings (and the modules of .pth files before pycds.pth) are
+    # imported before a SHARE run's finder exists: never served, so not
+    # archived; a module re-imported after start-up is.
+    cwd = app(tmp_path)
+    (cwd / "again.py").write_text(
+        "import sys, importlib\n"
+        "del sys.modules['encodings.aliases']\n"
+        "import encodings.aliases, json\n")
+    d = run_python("again.py", cwd=cwd, PYCDSMODE="DUMP",
+                   PYCDSARCHIVE=str(cwd / "a.img"), PYCDSVERBOSE=2)
+    assert d.rc == 0 and not d.warnings(), d
+    from pycds import _format as F
+    index = F.Index.open(str(cwd / "a.img"))
+    try:
+        assert index.lookup("encodings") is None
+        assert index.lookup("encodings.utf_8") is None
+        assert index.lookup("encodings.aliases") is not None
+        assert index.lookup("json") is not None
+    finally:
+        index.close()
+    s = run_python("again.py", cwd=cwd, PYCDSMODE="SHARE",
+                   PYCDSARCHIVE=str(cwd / "a.img"), PYCDSVERBOSE=1)
+    assert s.rc == 0 and "encodings.aliases" in s.served(), s
+
+
+def test_a_dump_with_nothing_to_archive_writes_a_usable_archive(tmp_path):
+    # `python -c pass` imports nothing after start-up: an archive without
+    # modules, which a SHARE run opens without a warning.
+    img = str(tmp_path / "a.img")
+    d = run_python(["-c", "pass"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    assert d.rc == 0 and not d.err, d
+    s = run_python(["-c", "import json; print(json.dumps([1]))"], cwd=tmp_path,
+                   PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+    assert s.rc == 0 and s.out == "[1]\n" and not s.warnings() and not s.served(), s
+
+
+AUDITED = '''import sys
+def deny(event, args):
+    # What a sandbox might refuse: frame introspection.
+    if event in ("sys._getframe", "object.__getattr__"):
+        raise RuntimeError("denied: " + event)
+import json               # (its import introspects frames itself)
+sys.addaudithook(deny)
+import mod
+print(mod.VALUE, mod.hot(30), json.dumps([1]))
+'''
+
+
+def test_the_capture_raises_no_audit_event_of_its_own(tmp_path):
+    # A program whose audit hook refuses events the capture might raise
+    # (frame introspection) runs under DUMP as it does plainly.
+    cwd = app(tmp_path)
+    (cwd / "audited.py").write_text(AUDITED)
+    plain = run_python("audited.py", cwd=cwd)
+    assert plain.rc == 0, plain
+    d = run_python("audited.py", cwd=cwd, PYCDSMODE="DUMP",
+                   PYCDSARCHIVE=str(cwd / "a.img"), PYCDSVERBOSE=2)
+    assert d.rc == 0 and d.out == plain.out and not d.warnings(), d
+    assert "mod" not in read_again(d), d
+
+
+PINNED = '''import os, sys
+def write(v):
+    with open("cfg.py", "w") as f:
+        f.write(f'MODE = "{v}"\\n')
+    os.utime("cfg.py", ns=(10**18, 10**18))   # pinned mtime (reproducible builds)
+if sys.argv[1:] == ["setup"]:
+    write("AAAA")
+    sys.exit()
+import cfg
+print("imported", cfg.MODE)
+if os.environ.get("PYCDSMODE") == "DUMP":
+    write("BBBB")      # same size, same mtime
+'''
+
+
+@pytest.mark.parametrize("pyc", ["none", "checked-hash"])
+def test_an_edit_keeping_mtime_and_size_is_not_served_stale(tmp_path, pyc):
+    # Where plain import would see the edit (no .pyc: it compiles the
+    # source; a checked hash-based .pyc: it compares the source hash), the
+    # code that ran before the edit must not be archived.
+    (tmp_path / "pinned.py").write_text(PINNED)
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    assert run_python(["pinned.py", "setup"], cwd=tmp_path, **env).rc == 0
+    if pyc == "checked-hash":
+        import py_compile
+        import os
+        pyc = py_compile.compile(
+            str(tmp_path / "cfg.py"), doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        os.utime(pyc, ns=(10**18, 10**18))      # an old .pyc, settled
+    img = str(tmp_path / "a.img")
+    d = run_python("pinned.py", cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=2, **env)
+    assert d.rc == 0 and "imported AAAA" in d.out, d
+    plain = run_python("pinned.py", cwd=tmp_path, **env)
+    s = run_python("pinned.py", cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1, **env)
+    assert plain.out == "imported BBBB\n", plain
+    assert s.rc == 0 and s.out == plain.out, (plain, s)

@@ -11,11 +11,10 @@ plain one prints, in both modes, and that memory was given back."""
 import os
 import sys
 import textwrap
-import time
 
 import pytest
 
-from conftest import dump_and_share, run_python
+from conftest import dump_and_share, installed, run_python
 
 RELEASES = sys.version_info >= (3, 11)    # 3.10 chunks hold raw data: kept
 
@@ -353,9 +352,8 @@ def test_functions_the_module_drops_are_given_back(app, keep):
     (app / "drops.py").write_text(DROPS)
     (app / "usedrops.py").write_text(USE_DROPS)
     # An installed module, not one written a moment ago: the dump archives
-    # the code its import ran (pycds._capture.SETTLED_NS).
-    hour_ago = time.time() - 3600
-    os.utime(app / "drops.py", (hour_ago, hour_ago))
+    # the code its import ran (pycds._capture).
+    installed(app / "drops.py")
     a = str(app / "a.img")
     dump = run_python("usedrops.py", cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=a)
     assert dump.rc == 0, dump
