@@ -153,11 +153,17 @@ def test_modules_start_up_imported_before_pycds_are_not_archived(tmp_path):
 
 
 def test_a_dump_with_nothing_to_archive_writes_a_usable_archive(tmp_path):
-    # `python -c pass` imports nothing after start-up: an archive without
-    # modules, which a SHARE run opens without a warning.
+    # A program that imports nothing after start-up (3.13's -c imports
+    # linecache: a file): an archive without modules, which a SHARE run
+    # opens without a warning.
     img = str(tmp_path / "a.img")
-    d = run_python(["-c", "pass"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    (tmp_path / "nothing.py").write_text("pass\n")
+    d = run_python(["nothing.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
     assert d.rc == 0 and not d.err, d
+    from pycds import _format as F
+    index = F.Index.open(img)
+    assert index.header.nmodules == 0
+    index.close()
     s = run_python(["-c", "import json; print(json.dumps([1]))"], cwd=tmp_path,
                    PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
     assert s.rc == 0 and s.out == "[1]\n" and not s.warnings() and not s.served(), s
