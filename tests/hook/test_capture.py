@@ -2,6 +2,8 @@
 fresh form, unless the source may have changed since: then it reads the
 module again.  Either way a SHARE run behaves as a plain one."""
 
+import sys
+
 import pytest
 
 from conftest import installed, run_python
@@ -233,3 +235,56 @@ def test_an_edit_keeping_mtime_and_size_is_not_served_stale(tmp_path, pyc):
                    PYCDSVERBOSE=1, **env)
     assert plain.out == "imported BBBB\n", plain
     assert s.rc == 0 and s.out == plain.out, (plain, s)
+
+
+WORKOUT = '''import argparse, json, email.parser, textwrap, dataclasses
+@dataclasses.dataclass
+class P:
+    x: int
+    y: str = "a"
+p = argparse.ArgumentParser()
+p.add_argument("--n", type=int, default=3)
+for _ in range(200):
+    a = p.parse_args(["--n", "5"])
+    s = json.dumps({"k": [P(a.n).x, textwrap.dedent("  z")]})
+    json.loads(s)
+    email.parser.Parser().parsestr("Subject: hi\\\\n\\\\nbody")
+print(s)
+'''
+
+
+def test_every_archived_code_object_is_what_its_pyc_gives(tmp_path):
+    # The code objects a DUMP run's imports ran (and specialised: the
+    # program runs their functions hot) are archived as a fresh .pyc load
+    # gives them: same bytecode and, 3.11+, same adaptive bytecode.
+    import marshal
+    from pycds import _format as F
+    from pycds import _nativeapi as N
+    (tmp_path / "workout.py").write_text(WORKOUT)
+    img = str(tmp_path / "a.img")
+    d = run_python("workout.py", cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=2)
+    assert d.rc == 0 and as_ran(d) >= 20, d
+    index = F.Index.open(img)
+    arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
+
+    def walk(c):
+        yield c
+        for k in c.co_consts:
+            if type(k) is type(c):
+                yield from walk(k)
+
+    checked = 0
+    for e in index.entries():
+        if e.name in read_again(d):
+            continue
+        with open(e.pyc_path, "rb") as f:
+            ref = marshal.loads(f.read()[16:])
+        got = arch.load(e)
+        for g, r in zip(walk(got), walk(ref), strict=True):
+            assert (g.co_name, g.co_code) == (r.co_name, r.co_code), e.name
+            if sys.version_info >= (3, 11):
+                assert g._co_code_adaptive == r._co_code_adaptive, (e.name, g.co_name)
+            checked += 1
+    index.close()
+    assert checked > 1000
