@@ -15,12 +15,15 @@ introspection: ``sys._getframe`` and ``frame.f_code`` do), and never raises.
 So it cannot tell which loader ran a code object: a file whose module code
 ran twice (a reload, a second name, ``runpy``, a tool that rewrites modules)
 is marked ambiguous, and a capture serves only a module imported after
-capturing started (:func:`preloaded`).  What makes a capture the code plain
-import would run now is checked at exit (pycds.dump): the source's stat is
-what it was when the body started, that was more than :data:`SETTLED_NS`
-earlier than the capture, and the ``.pyc`` plain import would trust now
-predates the capture by as much, so the capture is that ``.pyc``'s code.
-Otherwise the dump reads the module again.
+capturing started (:func:`preloaded`) by importlib's own ``_load_unlocked``
+(pycds.dump: not one a program built and ran itself).  What makes a capture
+the code plain import would run now is checked at exit (pycds.dump): the
+source's stat (mtime, size, ctime, inode) is what it was when the body
+started, its ctime (which every write, rename and ``utime`` sets to the
+present: ``cp -p`` cannot keep it) was more than :data:`SETTLED_NS` earlier
+than the capture, and the ``.pyc`` plain import would trust now has a ctime
+as old, so the capture is that ``.pyc``'s code.  Otherwise the dump reads the
+module again.
 
 Hooks cannot be removed (PEP 578): after the dump, :func:`stop` leaves one
 that returns at once.  The hook keeps code objects, never modules: a module
@@ -32,15 +35,16 @@ import sys
 from os import stat
 from time import time_ns
 
-__all__ = ["install", "active", "preloaded", "stop", "ran", "SETTLED_NS"]
+__all__ = ["install", "active", "preloaded", "stop", "ran", "stat_key",
+           "SETTLED_NS"]
 
-# A file modified this recently before its module code ran is not trusted
-# to be the one that code came from (nanoseconds; mtime granularity is
+# A file changed (its ctime) this recently before its module code ran is
+# not trusted to be the one that code came from (nanoseconds; file times are
 # coarser than the clock: a kernel tick, 2 s on FAT).
 SETTLED_NS = 2_000_000_000
 
 _AMBIGUOUS = ()
-_ran = {}            # source path -> (code, mtime_ns, size, when_ns) or _AMBIGUOUS
+_ran = {}            # source path -> (code, stat key, when_ns) or _AMBIGUOUS
 _on = False
 _hooked = False
 _preloaded = None    # name -> id() of the modules in sys.modules when
@@ -65,11 +69,16 @@ def _hook(event, args):
         _ran[path] = _AMBIGUOUS        # until this capture is complete
         when = time_ns()
         st = stat(path)
-        _ran[path] = (code, st.st_mtime_ns, st.st_size, when)
+        _ran[path] = (code, stat_key(st), when)
     except Exception:
         # Never disturb an import: without a capture the dump reads the
         # module again.
         return
+
+
+def stat_key(st):
+    """What must not change in a file's stat: mtime, size, ctime, inode."""
+    return (st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def install():
@@ -108,16 +117,16 @@ def stop():
     _ran.clear()
 
 
-def ran(name, module, origin, mtime_ns, size):
+def ran(name, module, origin, st):
     """``(code, when_ns)``: the module code executed from ``origin``, once,
     if ``module`` (``sys.modules[name]``) was imported after capturing
-    started (so its own execution is the one captured) and the source still
-    has ``mtime_ns`` and ``size`` and had them, settled, before the code ran
-    (``when_ns``: time.time_ns()); else None."""
+    started (so its own execution is the one captured) and the source's
+    stat ``st`` (now) is the one it had when the code ran (``when_ns``:
+    time.time_ns()), unchanged since :data:`SETTLED_NS` before; else None."""
     got = _ran.get(origin)
     if not got or _preloaded is None or preloaded(name, module):
         return None
-    code, c_mtime, c_size, when = got
-    if (c_mtime, c_size) != (mtime_ns, size) or when - c_mtime <= SETTLED_NS:
+    code, key, when = got
+    if key != stat_key(st) or when - st.st_ctime_ns <= SETTLED_NS:
         return None
     return code, when

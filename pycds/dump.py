@@ -66,24 +66,24 @@ def _source_loader_class():
 
 
 def _pyc_facts(cached):
-    """(kind, mtime_ns, size, first 16 bytes) of the .pyc plain import
-    reads, if any."""
+    """(kind, os.stat_result or None, first 16 bytes) of the .pyc plain
+    import reads, if any."""
     if not cached:
-        return F.PYC_NONE, 0, 0, b""
+        return F.PYC_NONE, None, b""
     try:
         with open(cached, "rb") as f:
             head = f.read(16)
             st = os.fstat(f.fileno())
     except OSError:
-        return F.PYC_NONE, 0, 0, b""
+        return F.PYC_NONE, None, b""
     if len(head) < 16:
-        return F.PYC_NONE, 0, 0, b""
+        return F.PYC_NONE, None, b""
     flags = int.from_bytes(head[4:8], "little")
     if flags & 1:
         kind = F.PYC_CHECKED_HASH if flags & 2 else F.PYC_UNCHECKED_HASH
     else:
         kind = F.PYC_TIMESTAMP
-    return kind, st.st_mtime_ns, st.st_size, head
+    return kind, st, head
 
 
 def _pyc_trusted(head, st, src):
@@ -158,10 +158,17 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
             st = os.stat(origin)
             with open(origin, "rb") as f:
                 src = f.read()
-            pyc_kind, pyc_mtime, pyc_size, pyc_head = _pyc_facts(spec.cached)
-            ran = _capture.ran(name, module, origin, st.st_mtime_ns, st.st_size)
+            pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
+            pyc_mtime, pyc_size = (pyc_st.st_mtime_ns, pyc_st.st_size) if pyc_st else (0, 0)
+            ran = None
+            if getattr(spec, "_initializing", None) is False:
+                # importlib's _load_unlocked ran this module (3.10-3.13)
+                ran = _capture.ran(name, module, origin, st)
+            # The capture is the code of a .pyc plain import trusts now and
+            # that nothing changed since before the import.
             if ran is not None and not (
-                    pyc_mtime < ran[1] - _capture.SETTLED_NS
+                    pyc_st is not None
+                    and pyc_st.st_ctime_ns < ran[1] - _capture.SETTLED_NS
                     and _pyc_trusted(pyc_head, st, src)):
                 ran = None
             code = ran[0] if ran is not None else \

@@ -83,8 +83,9 @@ def run_python(args, cwd=None, timeout=120, python=None, **env):
 def installed(path, age=3600):
     """Make the module at ``path`` look installed ``age`` seconds ago: the
     source and a valid .pyc (py_compile, as pip and compileall write them)
-    both that old.  A DUMP run archives the code the import of such a module
-    ran (pycds._capture); a module written just now is read again."""
+    with mtimes that old.  Once :func:`settle` d, a DUMP run archives the
+    code the import of such a module ran (pycds._capture); a module written
+    just now is read again."""
     import py_compile
     import time
     then = time.time() - age
@@ -92,6 +93,24 @@ def installed(path, age=3600):
     pyc = py_compile.compile(str(path), doraise=True)
     os.utime(pyc, (then, then))
     return pyc
+
+
+def settle(*dirs):
+    """Wait until every file under ``dirs`` was last changed (its ctime)
+    longer ago than pycds._capture.SETTLED_NS: a DUMP run takes no module
+    from a capture whose source or .pyc changed less than that before its
+    import.  Tests that need captures make all their files first, then
+    settle once."""
+    import time
+    from pycds import _capture
+    newest = 0
+    for d in dirs:
+        for root, _, files in os.walk(d):
+            for f in files:
+                newest = max(newest, os.stat(os.path.join(root, f)).st_ctime_ns)
+    wait = (newest + _capture.SETTLED_NS) / 1e9 + 0.2 - time.time()
+    if wait > 0:
+        time.sleep(wait)
 
 
 def dump_and_share(args, cwd, archive, extra_env=None, verbose=1):

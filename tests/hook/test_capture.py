@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import installed, run_python
+from conftest import installed, run_python, settle
 
 MOD = '''"""A module whose functions get hot in the dump run."""
 VALUE = "first version"
@@ -48,12 +48,33 @@ def as_ran(run):
     raise AssertionError(f"no summary line: {run!r}")
 
 
-def app(tmp_path, age=3600):
+def app(tmp_path, install=True):
     (tmp_path / "mod.py").write_text(MOD)
     (tmp_path / "prog.py").write_text(PROG)
-    if age:
-        installed(tmp_path / "mod.py", age)
+    if install:
+        installed(tmp_path / "mod.py")
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def apps(tmp_path_factory):
+    """A directory per test, with mod.py installed (source and .pyc) and
+    the other files each needs, all settled: changed more than
+    SETTLED_NS ago, so that a DUMP run may take them from a capture (one
+    wait for the whole module)."""
+    root = tmp_path_factory.mktemp("capture")
+    out = {}
+    for name in ("ran", "traced", "edited", "api", "audited", "plugin",
+                 "pinned-none", "pinned-checked-hash", "copied"):
+        out[name] = d = root / name
+        d.mkdir()
+        app(d)
+    setup_plugin(out["plugin"])
+    setup_pinned(out["pinned-none"], checked_hash=False)
+    setup_pinned(out["pinned-checked-hash"], checked_hash=True)
+    setup_copied(out["copied"])
+    settle(root)
+    return out
 
 
 def dump(cwd, *args):
@@ -66,8 +87,8 @@ def share(cwd, *args):
                       PYCDSARCHIVE=str(cwd / "a.img"), PYCDSVERBOSE=1)
 
 
-def test_the_dump_archives_the_code_its_imports_ran(tmp_path):
-    cwd = app(tmp_path)
+def test_the_dump_archives_the_code_its_imports_ran(apps):
+    cwd = apps["ran"]
     d = dump(cwd)
     assert d.rc == 0 and not d.warnings(), d
     assert "mod" not in read_again(d) and "json" not in read_again(d), d
@@ -78,9 +99,9 @@ def test_the_dump_archives_the_code_its_imports_ran(tmp_path):
     assert "mod" in s.served() and not s.warnings()
 
 
-def test_code_that_ran_traced_is_archived_fresh(tmp_path):
+def test_code_that_ran_traced_is_archived_fresh(apps):
     # A trace function instruments the bytecode in place on 3.12+.
-    cwd = app(tmp_path)
+    cwd = apps["traced"]
     d = dump(cwd, "trace")
     assert d.rc == 0 and "mod" not in read_again(d), d
     plain = run_python("prog.py", cwd=cwd)
@@ -89,8 +110,8 @@ def test_code_that_ran_traced_is_archived_fresh(tmp_path):
     assert "mod" in s.served()
 
 
-def test_a_source_edited_after_its_import_is_read_again(tmp_path):
-    cwd = app(tmp_path)
+def test_a_source_edited_after_its_import_is_read_again(apps):
+    cwd = apps["edited"]
     d = dump(cwd, "edit")
     assert d.rc == 0 and "first version" in d.out, d
     # The edit gave the source a new mtime: the code that ran is not the
@@ -106,7 +127,7 @@ def test_a_source_edited_after_its_import_is_read_again(tmp_path):
 def test_a_source_written_just_before_its_import_is_read_again(tmp_path):
     # An edit between the import's read of the .pyc and the capture's stat
     # would look like this: a source modified right before its body ran.
-    cwd = app(tmp_path, age=0)
+    cwd = app(tmp_path, install=False)
     d = dump(cwd)
     assert d.rc == 0 and "mod" in read_again(d), d
     plain = run_python("prog.py", cwd=cwd)
@@ -114,8 +135,8 @@ def test_a_source_written_just_before_its_import_is_read_again(tmp_path):
     assert s.rc == 0 and s.out == plain.out and "mod" in s.served(), (plain, s)
 
 
-def test_the_api_form_archives_what_its_imports_ran(tmp_path):
-    cwd = app(tmp_path)
+def test_the_api_form_archives_what_its_imports_ran(apps):
+    cwd = apps["api"]
     (cwd / "mods.lst").write_text("mod\njson\n")
     code = ("import pycds, pycds._capture as c, sys\n"
             "n = pycds._dump('mods.lst', 'a.img')\n"
@@ -183,10 +204,10 @@ print(mod.VALUE, mod.hot(30), json.dumps([1]))
 '''
 
 
-def test_the_capture_raises_no_audit_event_of_its_own(tmp_path):
+def test_the_capture_raises_no_audit_event_of_its_own(apps):
     # A program whose audit hook refuses events the capture might raise
     # (frame introspection) runs under DUMP as it does plainly.
-    cwd = app(tmp_path)
+    cwd = apps["audited"]
     (cwd / "audited.py").write_text(AUDITED)
     plain = run_python("audited.py", cwd=cwd)
     assert plain.rc == 0, plain
@@ -211,30 +232,125 @@ if os.environ.get("PYCDSMODE") == "DUMP":
 '''
 
 
+def setup_pinned(d, checked_hash):
+    (d / "pinned.py").write_text(PINNED)
+    assert run_python(["pinned.py", "setup"], cwd=d, PYTHONDONTWRITEBYTECODE="1").rc == 0
+    if checked_hash:
+        import os
+        import py_compile
+        pyc = py_compile.compile(
+            str(d / "cfg.py"), doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        os.utime(pyc, ns=(10**18, 10**18))
+
+
 @pytest.mark.parametrize("pyc", ["none", "checked-hash"])
-def test_an_edit_keeping_mtime_and_size_is_not_served_stale(tmp_path, pyc):
+def test_an_edit_keeping_mtime_and_size_is_not_served_stale(apps, pyc):
     # Where plain import would see the edit (no .pyc: it compiles the
     # source; a checked hash-based .pyc: it compares the source hash), the
     # code that ran before the edit must not be archived.
-    (tmp_path / "pinned.py").write_text(PINNED)
+    cwd = apps["pinned-" + pyc]
     env = {"PYTHONDONTWRITEBYTECODE": "1"}
-    assert run_python(["pinned.py", "setup"], cwd=tmp_path, **env).rc == 0
-    if pyc == "checked-hash":
-        import py_compile
-        import os
-        pyc = py_compile.compile(
-            str(tmp_path / "cfg.py"), doraise=True,
-            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-        os.utime(pyc, ns=(10**18, 10**18))      # an old .pyc, settled
-    img = str(tmp_path / "a.img")
-    d = run_python("pinned.py", cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+    img = str(cwd / "a.img")
+    d = run_python("pinned.py", cwd=cwd, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
                    PYCDSVERBOSE=2, **env)
-    assert d.rc == 0 and "imported AAAA" in d.out, d
-    plain = run_python("pinned.py", cwd=tmp_path, **env)
-    s = run_python("pinned.py", cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+    assert d.rc == 0 and "imported AAAA" in d.out and "cfg" in read_again(d), d
+    plain = run_python("pinned.py", cwd=cwd, **env)
+    s = run_python("pinned.py", cwd=cwd, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                    PYCDSVERBOSE=1, **env)
     assert plain.out == "imported BBBB\n", plain
     assert s.rc == 0 and s.out == plain.out, (plain, s)
+
+
+COPIED = '''import os, shutil, sys
+import m
+print(m.VALUE)
+if os.environ.get("PYCDSMODE") == "DUMP":
+    # A new release copied over the installed one, times kept (cp -p,
+    # rsync -a, tar x): same mtimes, same sizes, source and .pyc.
+    shutil.copy2("v2/m.py", "m.py")
+    shutil.copy2(os.path.join("v2", os.path.relpath(m.__cached__)), m.__cached__)
+'''
+
+
+def setup_copied(d):
+    import os
+    import py_compile
+    (d / "copied.py").write_text(COPIED)
+    (d / "v2").mkdir()
+    pinned = (1577836800 * 10**9,) * 2          # both releases: 2020-01-01
+    for where, value in ((d, "one"), (d / "v2", "two")):
+        (where / "m.py").write_text(f"VALUE = {value!r}\n")
+        os.utime(where / "m.py", ns=pinned)
+        os.utime(py_compile.compile(str(where / "m.py"), doraise=True), ns=pinned)
+
+
+def test_a_release_copied_over_with_its_times_is_read_again(apps):
+    # Source and .pyc replaced after the import by files with the same
+    # mtimes and sizes: only their ctime and inode say so.
+    cwd = apps["copied"]
+    img = str(cwd / "a.img")
+    d = run_python("copied.py", cwd=cwd, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=2)
+    assert d.rc == 0 and d.out == "one\n" and "m" in read_again(d), d
+    plain = run_python("copied.py", cwd=cwd)
+    s = run_python("copied.py", cwd=cwd, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert plain.out == "two\n", plain
+    assert s.rc == 0 and s.out == plain.out and "m" in s.served(), (plain, s)
+
+
+PLUG = '''def f(x: int) -> int:
+    return x
+print("plug body ran")
+'''
+
+PLUGIN_LOADER = '''from __future__ import annotations
+import importlib.util, sys
+def load(name, path):
+    # A plugin loader that runs the module's source itself: compile()
+    # inherits this file's __future__ flags.
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    with open(path) as fh:
+        exec(compile(fh.read(), path, "exec"), mod.__dict__)
+    return mod
+'''
+
+PLUGIN_APP = '''import os
+if os.environ.get("VIA_PLUGIN"):
+    import plugin_loader
+    m = plugin_loader.load("plug", os.path.abspath("plug.py"))
+else:
+    import plug as m
+print(m.f.__annotations__)
+'''
+
+
+def setup_plugin(d):
+    (d / "plug.py").write_text(PLUG)
+    (d / "plugin_loader.py").write_text(PLUGIN_LOADER)
+    (d / "plugin_app.py").write_text(PLUGIN_APP)
+    installed(d / "plug.py")
+    installed(d / "plugin_loader.py")
+
+
+def test_a_module_a_program_runs_itself_is_read_again(apps):
+    # Its spec names the stock loader, but the code that ran is the
+    # program's own compile() (here with different __future__ flags), not
+    # what plain import of that module runs.
+    cwd = apps["plugin"]
+    img = str(cwd / "a.img")
+    d = run_python("plugin_app.py", cwd=cwd, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=2, VIA_PLUGIN="1")
+    assert d.rc == 0 and "plug" in read_again(d), d
+    assert "plugin_loader" not in read_again(d), d
+    plain = run_python("plugin_app.py", cwd=cwd)
+    s = run_python("plugin_app.py", cwd=cwd, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert "<class 'int'>" in plain.out, plain
+    assert s.rc == 0 and s.out == plain.out and "plug" in s.served(), (plain, s)
 
 
 WORKOUT = '''import argparse, json, email.parser, textwrap, dataclasses

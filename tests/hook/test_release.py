@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from conftest import dump_and_share, installed, run_python
+from conftest import dump_and_share, installed, run_python, settle
 
 RELEASES = sys.version_info >= (3, 11)    # 3.10 chunks hold raw data: kept
 
@@ -346,14 +346,25 @@ print("released", pycds.stats()["released_bytes"], file=sys.stderr)
 '''
 
 
+@pytest.fixture(scope="module")
+def drops_apps(tmp_path_factory):
+    # An installed module, not one written a moment ago: the dump archives
+    # the code its import ran (pycds._capture), whose reference counts tell
+    # which functions live.
+    root = tmp_path_factory.mktemp("drops")
+    for keep in ("keep", "drop"):
+        (root / keep).mkdir()
+        (root / keep / "drops.py").write_text(DROPS)
+        (root / keep / "usedrops.py").write_text(USE_DROPS)
+        installed(root / keep / "drops.py")
+    settle(root)
+    return root
+
+
 @pytest.mark.skipif(not RELEASES, reason="3.10 chunks are kept whole")
 @pytest.mark.parametrize("keep", ["", "1"])
-def test_functions_the_module_drops_are_given_back(app, keep):
-    (app / "drops.py").write_text(DROPS)
-    (app / "usedrops.py").write_text(USE_DROPS)
-    # An installed module, not one written a moment ago: the dump archives
-    # the code its import ran (pycds._capture).
-    installed(app / "drops.py")
+def test_functions_the_module_drops_are_given_back(drops_apps, keep):
+    app = drops_apps / ("keep" if keep else "drop")
     a = str(app / "a.img")
     dump = run_python("usedrops.py", cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=a)
     assert dump.rc == 0, dump
