@@ -32,6 +32,7 @@ this runs from the ``.pth`` file.
 """
 
 import sys
+from _weakref import ref
 from os import stat
 from time import time_ns
 
@@ -47,8 +48,8 @@ _AMBIGUOUS = ()
 _ran = {}            # source path -> (code, stat key, when_ns) or _AMBIGUOUS
 _on = False
 _hooked = False
-_preloaded = None    # name -> id() of the modules in sys.modules when
-                     # capturing first started
+_preloaded = None    # name -> weak reference to the module in sys.modules
+                     # when capturing first started
 
 
 def _hook(event, args):
@@ -86,7 +87,12 @@ def install():
     added (another audit hook refused it)."""
     global _on, _hooked, _preloaded
     if _preloaded is None:
-        _preloaded = {name: id(m) for name, m in list(sys.modules.items())}
+        _preloaded = {}
+        for name, m in list(sys.modules.items()):
+            try:
+                _preloaded[name] = ref(m)
+            except TypeError:       # not a module: no spec, never archived
+                pass
     if not _hooked:
         try:
             sys.addaudithook(_hook)
@@ -107,7 +113,8 @@ def preloaded(name, module):
     first started.  Under DUMP that is start-up, before ``pycds.pth`` ran
     (``encodings``, modules of earlier ``.pth`` files): a SHARE run imports
     them before its finder is installed, so the archive never serves them."""
-    return _preloaded is not None and _preloaded.get(name) == id(module)
+    r = _preloaded.get(name) if _preloaded is not None else None
+    return r is not None and r() is module
 
 
 def stop():
