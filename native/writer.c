@@ -26,8 +26,8 @@
  *      dead (when the module code is the one its import ran: no function
  *      of them alive at the dump -- deleted, or replaced as operator.py's
  *      are by _operator's: predicted_dead): they go to part 3 with the
- *      module code, and only the
- *      new interned strings they reach come here (place_names);
+ *      module code, and only the new interned strings they reach come
+ *      here (place_names);
  *   2. what the code objects that run once (the module's, its class bodies)
  *      reach that may live on after they ran: constants (str, int, float,
  *      complex: globals, class attributes, default arguments, dict

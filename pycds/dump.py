@@ -105,6 +105,25 @@ def _pyc_trusted(head, st, src):
             and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
 
 
+def _code_that_ran(name, module, spec, st, src, pyc_st, pyc_head):
+    """The module code the import of ``module`` ran (pycds._capture), if it
+    is the code plain import would run now; else None.  ``st`` and ``src``:
+    the source's stat and bytes now; ``pyc_st`` and ``pyc_head``: the stat
+    and first 16 bytes of its .pyc (None, b"" without one)."""
+    if getattr(spec, "_initializing", None) is not False:
+        return None         # not loaded by importlib's _load_unlocked
+    ran = _capture.ran(name, module, spec.origin, st)
+    if ran is None:
+        return None
+    code, when = ran
+    # The .pyc plain import would load now, unchanged since before the
+    # import: the code that ran came from it.
+    if pyc_st is None or pyc_st.st_ctime_ns >= when - _capture.SETTLED_NS \
+            or not _pyc_trusted(pyc_head, st, src):
+        return None
+    return code
+
+
 def _is_hook_module(name):
     # pycds's own import hook is never archived (it runs before the archive
     # is open); its companion pycds.bf16 is an ordinary library and is.
@@ -159,19 +178,10 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
             with open(origin, "rb") as f:
                 src = f.read()
             pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
-            pyc_mtime, pyc_size = (pyc_st.st_mtime_ns, pyc_st.st_size) if pyc_st else (0, 0)
-            ran = None
-            if getattr(spec, "_initializing", None) is False:
-                # importlib's _load_unlocked ran this module (3.10-3.13)
-                ran = _capture.ran(name, module, origin, st)
-            # The capture is the code of a .pyc plain import trusts now and
-            # that nothing changed since before the import.
-            if ran is not None and not (
-                    pyc_st is not None
-                    and pyc_st.st_ctime_ns < ran[1] - _capture.SETTLED_NS
-                    and _pyc_trusted(pyc_head, st, src)):
-                ran = None
-            code = ran[0] if ran is not None else \
+            pyc_mtime = pyc_st.st_mtime_ns if pyc_st is not None else 0
+            pyc_size = pyc_st.st_size if pyc_st is not None else 0
+            ran = _code_that_ran(name, module, spec, st, src, pyc_st, pyc_head)
+            code = ran if ran is not None else \
                 SourceFileLoader(name, origin).get_code(name)
             st2 = os.stat(origin)
             if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
