@@ -474,6 +474,35 @@ placed_or_spent(pycds_writer *w, PyObject *op, long *budget)
            || memo_get(w, op, &off);
 }
 
+typedef int (*placer)(pycds_writer *w, PyObject *op, int depth, long *budget);
+
+/* Apply place to the items of constant container op: a tuple's (one level
+ * deeper), a frozenset's (as the tuple the writer stores it as: one tuple
+ * of its items, the same depth).  Anything else has no items. */
+static int
+place_items(pycds_writer *w, PyObject *op, int depth, long *budget, placer place)
+{
+    if (PyTuple_CheckExact(op)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(op); i++) {
+            int rc = place(w, PyTuple_GET_ITEM(op, i), depth + 1, budget);
+            if (rc) {
+                return rc;
+            }
+        }
+        return PYCDS_OK;
+    }
+    if (PyFrozenSet_CheckExact(op)) {
+        PyObject *items = PySequence_Tuple(op);
+        if (items == NULL) {
+            return pycds_fail_python("frozenset items");
+        }
+        int rc = place(w, items, depth, budget);
+        Py_DECREF(items);
+        return rc;
+    }
+    return PYCDS_OK;
+}
+
 /* Part 2: copy now what the code objects that run once (the module's, its
  * class bodies) reach that may live on after they ran -- their constants
  * (str, int, float, complex, and the items of constant tuples and
@@ -505,24 +534,7 @@ place_early(pycds_writer *w, PyObject *op, int depth, long *budget)
     if (depth >= 3) {
         return PYCDS_OK;
     }
-    if (PyTuple_CheckExact(op)) {
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(op); i++) {
-            int rc = place_early(w, PyTuple_GET_ITEM(op, i), depth + 1, budget);
-            if (rc) {
-                return rc;
-            }
-        }
-    }
-    else if (PyFrozenSet_CheckExact(op)) {
-        PyObject *items = PySequence_Tuple(op);
-        if (items == NULL) {
-            return pycds_fail_python("frozenset items");
-        }
-        int rc = place_early(w, items, depth, budget);
-        Py_DECREF(items);
-        return rc;
-    }
-    return PYCDS_OK;
+    return place_items(w, op, depth, budget, place_early);
 }
 
 /* Whether an instruction with opcode op, right after the LOAD_CONST of a
@@ -633,27 +645,15 @@ place_names(pycds_writer *w, PyObject *op, int depth, long *budget)
     if (depth >= PYCDS_MAX_DEPTH) {
         return PYCDS_OK;
     }
+    if (!PyCode_Check(op)) {
+        return place_items(w, op, depth, budget, place_names);
+    }
     int rc = PYCDS_OK;
-    if (PyTuple_CheckExact(op)) {
-        for (Py_ssize_t i = 0; rc == PYCDS_OK && i < PyTuple_GET_SIZE(op); i++) {
-            rc = place_names(w, PyTuple_GET_ITEM(op, i), depth + 1, budget);
-        }
-    }
-    else if (PyFrozenSet_CheckExact(op)) {
-        PyObject *items = PySequence_Tuple(op);
-        if (items == NULL) {
-            return pycds_fail_python("frozenset items");
-        }
-        rc = place_names(w, items, depth, budget);
-        Py_DECREF(items);
-    }
-    else if (PyCode_Check(op)) {
-        const pycds_code_field *fields;
-        size_t n = pycds_layout_code_fields(&fields);
-        for (size_t i = 0; rc == PYCDS_OK && i < n; i++) {
-            PyObject *child = *(PyObject **)((char *)op + fields[i].offset);
-            rc = place_names(w, child, depth + 1, budget);
-        }
+    const pycds_code_field *fields;
+    size_t n = pycds_layout_code_fields(&fields);
+    for (size_t i = 0; rc == PYCDS_OK && i < n; i++) {
+        PyObject *child = *(PyObject **)((char *)op + fields[i].offset);
+        rc = place_names(w, child, depth + 1, budget);
     }
     return rc;
 }
