@@ -85,6 +85,16 @@ def source_hash(data):
     return _imp.source_hash(_RAW_MAGIC_NUMBER, data)
 
 
+def pyc_source_checked(checked):
+    """Whether plain import compares the source's hash with a hash-based
+    .pyc's, given the .pyc's check_source flag ``checked``: checked pycs
+    under ``_imp.check_hash_based_pycs`` "default", every one under
+    "always", none under "never" (SourceLoader.get_code in
+    importlib/_bootstrap_external.py, 3.10-3.13)."""
+    policy = _imp.check_hash_based_pycs
+    return policy == "always" or (policy == "default" and bool(checked))
+
+
 def name_hash(name):
     """Bucket hash of a module name (independent of PYTHONHASHSEED)."""
     return checksum(name.encode("utf-8", "surrogatepass"), _NAME_KEY)

@@ -226,14 +226,10 @@ def _stale(entry, check):
             return "hash-based .pyc is gone"
         if pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size:
             return "hash-based .pyc changed"
-        # Where plain import compares the source hash with the .pyc's
-        # (checked pycs under "default", every hash-based pyc under
-        # "always": SourceLoader.get_code in _bootstrap_external.py, 3.11),
-        # an edit that keeps mtime and size is seen by plain import; so it
+        # Where plain import compares the source hash with the .pyc's, an
+        # edit that keeps mtime and size is seen by plain import; so it
         # must be here.
-        policy = _imp.check_hash_based_pycs
-        if policy == "always" or (policy == "default"
-                                  and entry.pyc_kind == F.PYC_CHECKED_HASH):
+        if F.pyc_source_checked(entry.pyc_kind == F.PYC_CHECKED_HASH):
             check = "hash"
     if check == "hash":
         try:
