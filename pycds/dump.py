@@ -86,9 +86,10 @@ def _pyc_facts(cached):
     return kind, st, head
 
 
-def _pyc_trusted(head, st, src):
+def _pyc_trusted(head, st, src_hash):
     """Whether plain import would load the .pyc starting with ``head`` for
-    the source of stat ``st`` and bytes ``src`` rather than compile the
+    the source of stat ``st`` and hash ``src_hash`` (F.source_hash) rather
+    than compile the
     source (SourceLoader.get_code, _classify_pyc, _validate_timestamp_pyc,
     _validate_hash_pyc in importlib/_bootstrap_external.py, 3.10-3.13)."""
     if len(head) < 16 or head[:4] != MAGIC_NUMBER:
@@ -97,18 +98,15 @@ def _pyc_trusted(head, st, src):
     if flags & ~0b11:
         return False
     if flags & 0b1:
-        policy = _imp.check_hash_based_pycs
-        if policy != "never" and (flags & 0b10 or policy == "always"):
-            return head[8:16] == F.source_hash(src)
-        return True
+        return not F.pyc_source_checked(flags & 0b10) or head[8:16] == src_hash
     return (int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
             and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
 
 
-def _code_that_ran(name, module, spec, st, src, pyc_st, pyc_head):
+def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
     """The module code the import of ``module`` ran (pycds._capture), if it
-    is the code plain import would run now; else None.  ``st`` and ``src``:
-    the source's stat and bytes now; ``pyc_st`` and ``pyc_head``: the stat
+    is the code plain import would run now; else None.  ``st`` and
+    ``src_hash``: the source's stat and hash (F.source_hash) now; ``pyc_st`` and ``pyc_head``: the stat
     and first 16 bytes of its .pyc (None, b"" without one)."""
     if getattr(spec, "_initializing", None) is not False:
         return None         # not loaded by importlib's _load_unlocked
@@ -119,7 +117,7 @@ def _code_that_ran(name, module, spec, st, src, pyc_st, pyc_head):
     # The .pyc plain import would load now, unchanged since before the
     # import: the code that ran came from it.
     if pyc_st is None or pyc_st.st_ctime_ns >= when - _capture.SETTLED_NS \
-            or not _pyc_trusted(pyc_head, st, src):
+            or not _pyc_trusted(pyc_head, st, src_hash):
         return None
     return code
 
@@ -176,11 +174,11 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
         try:
             st = os.stat(origin)
             with open(origin, "rb") as f:
-                src = f.read()
+                src_hash = F.source_hash(f.read())
             pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
             pyc_mtime = pyc_st.st_mtime_ns if pyc_st is not None else 0
             pyc_size = pyc_st.st_size if pyc_st is not None else 0
-            ran = _code_that_ran(name, module, spec, st, src, pyc_st, pyc_head)
+            ran = _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head)
             code = ran if ran is not None else \
                 SourceFileLoader(name, origin).get_code(name)
             st2 = os.stat(origin)
@@ -196,7 +194,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
         entries.append(F.ModuleEntry(
             len(entries), name, origin, locations is not None,
             tuple(locations) if locations is not None else None,
-            st.st_mtime_ns, st.st_size, F.source_hash(src),
+            st.st_mtime_ns, st.st_size, src_hash,
             spec.cached, pyc_kind, pyc_mtime, pyc_size, check_hash,
             chunk.chunk_off, chunk.chunk_len, chunk.root_off,
             chunk.reloc_first, chunk.reloc_count, chunk.checksum,
