@@ -59,7 +59,8 @@ typedef struct {
 
 /* What stage 1 hands to stage 2. */
 typedef struct {
-    uint32_t *rel;         /* the module's relocation entries (deep check) */
+    uint32_t *rel;         /* the module's relocation entries, kept for the
+                            * deep check only (NULL when it is off) */
     uint64_t nrel;
     uint32_t *fix;         /* INTERN and SINGLETON entries, then FROZENSET */
     uint64_t nstr, nset;
@@ -120,11 +121,23 @@ struct pycds_archive {
     size_t gb_n, gb_cap;
 };
 
+/* A buffer for the relocation entries that one thread reuses from chunk to
+ * chunk (the read-ahead thread's), mapped apart from malloc: what that
+ * thread malloc'd and the importing thread freed stayed in the read-ahead
+ * thread's own malloc arena, ~0.5 MiB a process, never given back. */
+typedef struct {
+    void *p;
+    size_t cap;            /* bytes */
+} pycds_scratch;
+
 /* loader.c: stage 1 of module k (see above).  No GIL; no Python object
- * outside the chunk is touched.  On success *out is the fix-up list for
- * stage 2, freed with pycds_fixups_free(). */
-int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out);
+ * outside the chunk is touched.  scratch: the calling thread's buffer for
+ * the relocation entries, or NULL (malloc).  On success *out is the fix-up
+ * list for stage 2, freed with pycds_fixups_free(). */
+int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
+                       pycds_fixups **out);
 void pycds_fixups_free(pycds_fixups *f);
+void pycds_scratch_free(pycds_scratch *scratch);
 
 /* How many bytes of the range [lo, hi) of the tails' arena lie on its page
  * p (pages of pg bytes; p overlaps the range).  The loader counts a tail's

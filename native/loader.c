@@ -384,9 +384,8 @@ intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
  * string to be interned (as unicode_hash() would on first use), so that
  * stage 2 spends its time in the interned dict only. */
 static int
-list_fixups(const pycds_place *p, pycds_fixups *f)
+list_fixups(const pycds_place *p, const uint32_t *rel, pycds_fixups *f)
 {
-    const uint32_t *rel = f->rel;
     uint64_t n = f->nrel, nstr = 0, nset = 0;
     for (uint64_t i = 0; i < n; i++) {
         int kind = (int)(rel[i] & 7u);
@@ -490,8 +489,43 @@ fixup_objects(const pycds_place *p, const pycds_fixups *f)
     return rc;
 }
 
+/* The relocation entries of a chunk of rbytes bytes: in the caller's
+ * scratch buffer (grown by mmap) when given and the deep check is off,
+ * else in a malloc'd buffer that *own gets. */
+static uint32_t *
+relocation_buffer(pycds_scratch *scratch, size_t rbytes, uint32_t **own)
+{
+    *own = NULL;
+    if (scratch == NULL) {
+        return *own = malloc(rbytes ? rbytes : 1);
+    }
+    if (scratch->cap < rbytes || scratch->p == NULL) {
+        size_t cap = ((rbytes >> 16) + 1) << 16;       /* 64 KiB steps */
+        void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            return NULL;
+        }
+        pycds_scratch_free(scratch);
+        scratch->p = m;
+        scratch->cap = cap;
+    }
+    return scratch->p;
+}
+
+void
+pycds_scratch_free(pycds_scratch *scratch)
+{
+    if (scratch->p != NULL) {
+        (void)munmap(scratch->p, scratch->cap);
+        scratch->p = NULL;
+        scratch->cap = 0;
+    }
+}
+
 int
-pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out)
+pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
+                   pycds_fixups **out)
 {
     const pycds_chunk_rec *c = &a->chunks[k];
     pycds_place p;
@@ -507,30 +541,38 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_fixups **out)
     }
     pycds_fixups *f = calloc(1, sizeof(*f));
     size_t rbytes = (size_t)c->reloc_count * sizeof(uint32_t);
-    if (f == NULL || (f->rel = malloc(rbytes ? rbytes : 1)) == NULL) {
+    /* Only the deep check reads the entries after this stage. */
+    uint32_t *rel = f == NULL ? NULL
+                    : relocation_buffer(a->verify ? NULL : scratch, rbytes, &f->rel);
+    if (rel == NULL) {
         free(f);
         return pycds_fail(PYCDS_E_NOMEM, "cannot allocate relocation buffer");
     }
     f->nrel = c->reloc_count;
-    rc = read_full(a->fd, f->rel, rbytes,
+    rc = read_full(a->fd, rel, rbytes,
                    a->reloc_off + c->reloc_first * sizeof(uint32_t));
     if (rc == PYCDS_OK) {
         uint64_t h = pycds_hash64_2(p.head, c->root_off, p.tail,
                                     c->chunk_len - c->root_off, a->seed);
-        h = pycds_hash64(f->rel, rbytes, h);
+        h = pycds_hash64(rel, rbytes, h);
         if (h != c->checksum) {
             rc = pycds_fail(PYCDS_E_CORRUPT, "module checksum mismatch");
         }
     }
     if (rc == PYCDS_OK) {
-        rc = apply_relocations(&p, f->rel, f->nrel);
+        rc = apply_relocations(&p, rel, f->nrel);
     }
     if (rc == PYCDS_OK) {
-        rc = list_fixups(&p, f);
+        rc = list_fixups(&p, rel, f);
     }
     if (rc) {
         pycds_fixups_free(f);
         return rc;
+    }
+    if (!a->verify && f->rel != NULL) {
+        /* Freed by the thread that allocated it (see pycds_scratch). */
+        free(f->rel);
+        f->rel = NULL;
     }
     *out = f;
     return PYCDS_OK;
@@ -617,7 +659,7 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
     }
     if (s != MOD_LOADED) {
         if (s != MOD_READY) {
-            rc = pycds_chunk_stage1(a, module_no, &fix);
+            rc = pycds_chunk_stage1(a, module_no, NULL, &fix);
         }
         if (rc == PYCDS_OK) {
             rc = chunk_stage2(a, module_no, fix, &a->roots[module_no]);
@@ -643,8 +685,18 @@ pycds_archive_set_verify(pycds_archive *a, int on)
     if (a == NULL) {
         return pycds_fail(PYCDS_E_ARG, "no archive");
     }
-    a->verify = on != 0;
-    return PYCDS_OK;
+    pthread_mutex_lock(&a->mu);
+    int started = 0;
+    for (uint32_t i = 0; i < a->nmodules && !started; i++) {
+        started = a->state[i] != MOD_NEW;
+    }
+    if (!started) {
+        a->verify = on != 0;
+    }
+    pthread_mutex_unlock(&a->mu);
+    /* Stage 1 keeps the relocation entries only for the deep check. */
+    return started ? pycds_fail(PYCDS_E_STATE, "verify is set before the first load")
+                   : PYCDS_OK;
 }
 
 int

@@ -81,6 +81,7 @@ static void *
 prefetch_main(void *arg)
 {
     pycds_archive *a = arg;
+    pycds_scratch scratch = {NULL, 0};
     pthread_mutex_lock(&a->mu);
     while (!a->pf_stop) {
         uint32_t k = next_candidate(a);
@@ -114,7 +115,7 @@ prefetch_main(void *arg)
         pthread_mutex_unlock(&a->mu);
 
         pycds_fixups *fix = NULL;
-        int rc = pycds_chunk_stage1(a, k, &fix);
+        int rc = pycds_chunk_stage1(a, k, &scratch, &fix);
 
         pthread_mutex_lock(&a->mu);
         if (rc == PYCDS_OK) {
@@ -133,6 +134,7 @@ prefetch_main(void *arg)
     }
     a->pf_running = 0;
     pthread_mutex_unlock(&a->mu);
+    pycds_scratch_free(&scratch);
     return NULL;
 }
 

@@ -74,6 +74,34 @@ class TestSameObjects:
             assert arch.prefetched() == 0
         index.close()
 
+    def test_with_the_deep_check(self, codes, tmp_path):
+        """With PYCDSVERIFY=1 stage 1 keeps each chunk's relocation entries
+        for the deep check of stage 2 (without it, they go once stage 1
+        ends): chunks read ahead are checked, and come out the same."""
+        index, _ = archive_of(codes, tmp_path)
+        arch = N.NativeArchive(index.fd, index.header, index.meta["layout"],
+                               verify=True, prefetch=1 << 20)
+        names = list(codes)
+        got = load_all(index, arch, names[:1])
+        if TWO_CPUS:
+            assert wait_prefetched(arch) >= 1
+        got.update(load_all(index, arch, names[1:]))
+        for name, code in codes.items():
+            assert same_code(code, got[name]), name
+        index.close()
+
+    def test_deep_check_is_set_before_the_first_load(self, codes, tmp_path):
+        """Turning the deep check on later would find chunks read ahead
+        without their relocation entries: refused, and the loads go on."""
+        index, arch = archive_of(codes, tmp_path)
+        names = list(codes)
+        arch.load(index.lookup(names[0]))
+        rc = N.lib.pycds_archive_set_verify(arch._a, 1)
+        assert rc == -8     # PYCDS_E_STATE (native/archive.h)
+        assert "before the first load" in N.ffi.string(N.lib.pycds_last_error()).decode()
+        assert same_code(codes[names[1]], arch.load(index.lookup(names[1])))
+        index.close()
+
     def test_off_reads_nothing_ahead(self, codes, tmp_path):
         index, arch = archive_of(codes, tmp_path)
         arch.set_prefetch(0)
