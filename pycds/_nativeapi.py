@@ -115,7 +115,8 @@ class NativeArchive:
         self._released = ffi.new("uint64_t *")
 
     def load(self, entry):
-        """Return the code object of ``entry`` (a pycds._format.ModuleEntry).
+        """Return the code object of ``entry`` (its ``number`` and ``name``:
+        a pycds._format.ModuleEntry, or the finder's _ChunkRef).
         Raises NativeError if the chunk is corrupt or fails its fix-ups."""
         number = entry.number
         if type(number) is not int or not 0 <= number < 1 << 32:
