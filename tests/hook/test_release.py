@@ -420,3 +420,37 @@ def test_the_writer_predicts_the_functions_a_body_drops():
     assert 1.75 * one < by_count - without < 2.25 * one, (by_count, without, one)
     ns.clear()      # now nothing holds kept, m or outer either
     assert tail(True) > by_count
+
+
+NAMES_MOD = "".join(f"name_new_to_the_process_{i} = {i}\n" for i in range(2000))
+
+BLOCKS = '''import sys
+import warmmod      # the first archive hit loads the native module
+before = sys.getallocatedblocks()
+import namesmod
+grew = sys.getallocatedblocks() - before
+import pycds
+print(grew, pycds.stats()["served"])
+'''
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13),
+                    reason="3.13 interns a heap copy of each new name: its finalization walks "
+                           "the interned strings (native/layout/layout_312.h)")
+def test_new_names_are_interned_in_place(tmp_path):
+    """2000 names no module interned before: plain import allocates a string
+    object for each (unmarshal); a served module's own strings become the
+    interned ones (3.12: those of the chunk's head, immortal), so the
+    import allocates a few blocks (the interned dict's and the module
+    dict's tables), not one per name."""
+    (tmp_path / "namesmod.py").write_text(NAMES_MOD)
+    (tmp_path / "warmmod.py").write_text("WARM = 1\n")
+    (tmp_path / "blocks.py").write_text(BLOCKS)
+    img = str(tmp_path / "n.img")
+    plain, dump, share = dump_and_share(["blocks.py"], tmp_path, img)
+    assert plain.rc == 0 and dump.rc == 0 and share.rc == 0, (plain, dump, share)
+    plain_grew, _ = map(int, plain.out.split())
+    share_grew, served = map(int, share.out.split())
+    assert served == 2, share
+    assert plain_grew > 2000, plain
+    assert share_grew < 200, (share_grew, plain_grew)
