@@ -50,13 +50,12 @@
  *     _PyUnicode_InternImmortal as unmarshal does: a mortal name in a code
  *     object is freed by CPython 3.13.0's keyword-argument suggestions,
  *     which drop references to co_varnames items they never took (a crash
- *     found with test_scope).  The heap copy of a str is never made the
- *     interned one on 3.13 (pycds_layout_intern gives the slot an
- *     interpreter-owned string; 3.12 release builds use the head's own): code
- *     in _PyUnicode_ClearInterned that makes SSTATE_INTERNED_IMMORTAL strings
- *     mortal again at exit (present in debug builds and later versions; a
- *     3.13.0 release build leaves them immortal, checked with gdb) would
- *     free() it.
+ *     found with test_scope).  A tail's str, and any in a debug build, is
+ *     never made the interned one (pycds_layout_intern gives the slot an
+ *     interpreter-owned copy): code in _PyUnicode_ClearInterned that makes
+ *     SSTATE_INTERNED_IMMORTAL strings mortal again at exit (debug builds,
+ *     and every build from 3.14; a 3.13.0 release build leaves them
+ *     immortal, checked with gdb) would free() it.
  */
 #ifdef Py_GIL_DISABLED
 #  error "pycds does not support the free-threaded build (its object header differs)"
@@ -373,23 +372,23 @@ pycds_layout_intern(PyObject **slot)
      *   1. a statically allocated string (_PyRuntime's table, looked up
      *      first, as _PyUnicode_InternInPlace does) or an interned one of
      *      this interpreter, if there is one: both are immortal;
-     *   2. otherwise, on a 3.12 release build, the chunk's own string if it
-     *      lies in the head (immortal: set_refcnt), interned as unmarshal
-     *      interns its own: a 3.12 release build never frees an interned
-     *      string (its _PyUnicode_ClearInterned only clears the dict:
-     *      3.12.1's libpython disassembled with gdb; the loop that makes
-     *      them mortal again is debug-only in 3.12, also after 3.12.6
-     *      backported mortal interned strings, gh-113993, without
-     *      gh-113190's release-build cleanup); the string keeps its immortal
-     *      count whatever interned state it gets.  A copy would leave the
-     *      head's string dead and cost a heap string as well: 2.2 MiB per
-     *      process for numpy, flask and boto3;
+     *   2. otherwise, on a release build, the chunk's own string if it lies
+     *      in the head (immortal: set_refcnt), interned as unmarshal interns
+     *      its own.  A release build never frees an immortal interned
+     *      string: 3.12's _PyUnicode_ClearInterned only clears the dict
+     *      (3.12.1's libpython disassembled with gdb; the same after 3.12.6
+     *      backported mortal interned strings, gh-113993); 3.13's gives the
+     *      dict's references back to mortal ones only and clears the state
+     *      bits of immortal ones (3.13.0 disassembled; making those mortal
+     *      again is Py_DEBUG-only there, gh-120520, and in every build from
+     *      3.14, gh-113601).  A copy would leave the head's string dead and
+     *      cost a heap string as well: 2.2 MiB per process for numpy, flask
+     *      and boto3;
      *   3. otherwise a new interpreter-owned copy, interned as unmarshal
-     *      would.  The heap copy itself is never made the interned one
-     *      where finalization may free() interned strings (a debug build's
-     *      _PyUnicode_ClearInterned makes them mortal again; 3.13's release
-     *      build walks the interned dict at exit too, gh-113190), nor a
-     *      tail's string (it would keep its tail page). */
+     *      would: never the chunk's own string in a debug build (its
+     *      _PyUnicode_ClearInterned makes interned strings mortal again at
+     *      exit and would free() it), nor a tail's (it would keep its tail
+     *      page). */
     PyObject *s = *slot;
     _Py_hashtable_t *statics = _PyRuntime.cached_objects.interned_strings;
     if (statics != NULL) {
@@ -411,9 +410,13 @@ pycds_layout_intern(PyObject **slot)
             return pycds_fail_python("looking up an interned string");
         }
     }
-#if !PYCDS_313 && !defined(Py_DEBUG)
+#ifndef Py_DEBUG
     if (_Py_IsImmortal(s)) {
+#  if PYCDS_313
+        _PyUnicode_InternImmortal(interp, slot);
+#  else
         PyUnicode_InternInPlace(slot);
+#  endif
         if (PyErr_Occurred()) {
             return pycds_fail_python("interning a string");
         }
