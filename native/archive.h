@@ -68,6 +68,8 @@ typedef struct {
     int tail_shared;       /* an INTERNAL slot before root_off points at or
                             * after it: the tail is not the writer's, keep it
                             * (release.c) */
+    void *block;           /* the read-ahead pool's block it lies in
+                            * (prefetch.c), or NULL: malloc'd */
 } pycds_fixups;
 
 struct pycds_archive {
@@ -119,6 +121,9 @@ struct pycds_archive {
      * back (release.c): pairs of address and length */
     uintptr_t *gb_q;
     size_t gb_n, gb_cap;
+    /* the read-ahead thread's pool of fix-up records (prefetch.c): the
+     * block it fills, and one empty block kept for reuse */
+    struct pycds_fixblock *fb_cur, *fb_spare;
 };
 
 /* A buffer for the relocation entries that one thread reuses from chunk to
@@ -136,8 +141,19 @@ typedef struct {
  * list for stage 2, freed with pycds_fixups_free(). */
 int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
                        pycds_fixups **out);
-void pycds_fixups_free(pycds_fixups *f);
+void pycds_fixups_free(pycds_archive *a, pycds_fixups *f);
 void pycds_scratch_free(pycds_scratch *scratch);
+
+/* prefetch.c: the fix-up records the read-ahead thread makes, bump-allocated
+ * in mmap'd blocks (malloc'd, they sat in that thread's malloc arena once
+ * the importing thread had freed them: ~0.2 MiB).  A block goes back when
+ * its last record is freed (one empty block is kept for reuse) and, at the
+ * latest, when the thread exits.  alloc: the read-ahead thread, without
+ * a->mu; NULL when out of memory.  free: any thread, without a->mu.
+ * destroy: at close, once every record is freed. */
+void *pycds_fixpool_alloc(pycds_archive *a, size_t bytes, void **block);
+void pycds_fixpool_free(pycds_archive *a, void *block);
+void pycds_fixpool_destroy(pycds_archive *a);
 
 /* How many bytes of the range [lo, hi) of the tails' arena lie on its page
  * p (pages of pg bytes; p overlaps the range).  The loader counts a tail's

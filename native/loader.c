@@ -382,21 +382,23 @@ intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
  * that it does not walk every entry again, check their targets' types
  * (plain pointer comparisons: no GIL needed), and compute the hash of each
  * string to be interned (as unicode_hash() would on first use), so that
- * stage 2 spends its time in the interned dict only. */
-static int
-list_fixups(const pycds_place *p, const uint32_t *rel, pycds_fixups *f)
+ * stage 2 spends its time in the interned dict only.  count_fixups sizes
+ * the list, fill_fixups writes it into f->fix (f->nstr + f->nset entries). */
+static void
+count_fixups(const uint32_t *rel, uint64_t n, uint64_t *nstr, uint64_t *nset)
 {
-    uint64_t n = f->nrel, nstr = 0, nset = 0;
+    *nstr = *nset = 0;
     for (uint64_t i = 0; i < n; i++) {
         int kind = (int)(rel[i] & 7u);
-        nstr += kind == PYCDS_RELOC_INTERN || kind == PYCDS_RELOC_SINGLETON;
-        nset += kind == PYCDS_RELOC_FROZENSET;
+        *nstr += kind == PYCDS_RELOC_INTERN || kind == PYCDS_RELOC_SINGLETON;
+        *nset += kind == PYCDS_RELOC_FROZENSET;
     }
-    f->fix = malloc((size_t)(nstr + nset ? nstr + nset : 1) * sizeof(uint32_t));
-    if (f->fix == NULL) {
-        return pycds_fail(PYCDS_E_NOMEM, "cannot allocate the fix-up list");
-    }
-    uint64_t si = 0, fi = nstr;
+}
+
+static int
+fill_fixups(const pycds_place *p, const uint32_t *rel, pycds_fixups *f)
+{
+    uint64_t n = f->nrel, si = 0, fi = f->nstr;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t e = rel[i];
         int kind = (int)(e & 7u);
@@ -438,18 +440,36 @@ list_fixups(const pycds_place *p, const uint32_t *rel, pycds_fixups *f)
             f->fix[fi++] = e;
         }
     }
-    f->nstr = nstr;
-    f->nset = nset;
     return PYCDS_OK;
 }
 
+/* A fix-up record with room for n list entries: from the read-ahead
+ * thread's pool when pooled (prefetch.c), else malloc'd. */
+static pycds_fixups *
+fixups_new(pycds_archive *a, int pooled, uint64_t n)
+{
+    size_t bytes = sizeof(pycds_fixups) + (size_t)n * sizeof(uint32_t);
+    void *block = NULL;
+    pycds_fixups *f = pooled ? pycds_fixpool_alloc(a, bytes, &block) : malloc(bytes);
+    if (f != NULL) {
+        memset(f, 0, sizeof(*f));
+        f->fix = (uint32_t *)(f + 1);
+        f->block = block;
+    }
+    return f;
+}
+
 void
-pycds_fixups_free(pycds_fixups *f)
+pycds_fixups_free(pycds_archive *a, pycds_fixups *f)
 {
     if (f != NULL) {
         free(f->rel);
-        free(f->fix);
-        free(f);
+        if (f->block != NULL) {
+            pycds_fixpool_free(a, f->block);
+        }
+        else {
+            free(f);
+        }
     }
 }
 
@@ -539,16 +559,14 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
     if (rc) {
         return rc;
     }
-    pycds_fixups *f = calloc(1, sizeof(*f));
     size_t rbytes = (size_t)c->reloc_count * sizeof(uint32_t);
-    /* Only the deep check reads the entries after this stage. */
-    uint32_t *rel = f == NULL ? NULL
-                    : relocation_buffer(a->verify ? NULL : scratch, rbytes, &f->rel);
+    /* Only the deep check reads the entries after this stage: in `own`
+     * then, handed to the fix-up record. */
+    uint32_t *own = NULL;
+    uint32_t *rel = relocation_buffer(a->verify ? NULL : scratch, rbytes, &own);
     if (rel == NULL) {
-        free(f);
         return pycds_fail(PYCDS_E_NOMEM, "cannot allocate relocation buffer");
     }
-    f->nrel = c->reloc_count;
     rc = read_full(a->fd, rel, rbytes,
                    a->reloc_off + c->reloc_first * sizeof(uint32_t));
     if (rc == PYCDS_OK) {
@@ -560,19 +578,32 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
         }
     }
     if (rc == PYCDS_OK) {
-        rc = apply_relocations(&p, rel, f->nrel);
+        rc = apply_relocations(&p, rel, c->reloc_count);
     }
+    pycds_fixups *f = NULL;
     if (rc == PYCDS_OK) {
-        rc = list_fixups(&p, rel, f);
+        uint64_t nstr, nset;
+        count_fixups(rel, c->reloc_count, &nstr, &nset);
+        f = fixups_new(a, scratch != NULL, nstr + nset);
+        if (f == NULL) {
+            rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the fix-up list");
+        }
+        else {
+            f->nrel = c->reloc_count;
+            f->nstr = nstr;
+            f->nset = nset;
+            rc = fill_fixups(&p, rel, f);
+        }
     }
+    if (rc == PYCDS_OK && a->verify) {
+        f->rel = own;
+        own = NULL;
+    }
+    /* Freed by the thread that allocated it (see pycds_scratch). */
+    free(own);
     if (rc) {
-        pycds_fixups_free(f);
+        pycds_fixups_free(a, f);
         return rc;
-    }
-    if (!a->verify && f->rel != NULL) {
-        /* Freed by the thread that allocated it (see pycds_scratch). */
-        free(f->rel);
-        f->rel = NULL;
     }
     *out = f;
     return PYCDS_OK;
@@ -592,7 +623,7 @@ chunk_stage2(pycds_archive *a, uint32_t k, pycds_fixups *f, PyObject **root)
         rc = fixup_objects(&p, f);
     }
     a->keep_tail[k] = (uint8_t)f->tail_shared;
-    pycds_fixups_free(f);
+    pycds_fixups_free(a, f);
     if (rc) {
         return rc;
     }
@@ -726,8 +757,9 @@ pycds_archive_close(pycds_archive *a)
     }
     close(a->fd);
     for (uint32_t i = 0; i < a->nmodules; i++) {
-        pycds_fixups_free(a->fixups[i]);
+        pycds_fixups_free(a, a->fixups[i]);
     }
+    pycds_fixpool_destroy(a);
     pthread_cond_destroy(&a->work_cv);
     pthread_cond_destroy(&a->done_cv);
     pthread_mutex_destroy(&a->mu);
