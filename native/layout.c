@@ -124,6 +124,24 @@ copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
 #  define _PyOpcode_Deopt pycds_opcode_deopt_312
 #  include "internal/pycore_opcode.h"
 #  undef NEED_OPCODE_TABLES
+#  define PYCDS_OPCODE_CACHES pycds_opcode_caches_312
+#  define PYCDS_OPCODE_DEOPT pycds_opcode_deopt_312
+#elif PY_VERSION_HEX >= 0x030D0000
+/* The same tables of 3.13, in its pycore_opcode_metadata.h, which defines
+ * more with them (each renamed: libpython's are its own, not exported). */
+#  define NEED_OPCODE_METADATA
+#  define _PyOpcode_num_popped pycds_opcode_num_popped_313
+#  define _PyOpcode_num_pushed pycds_opcode_num_pushed_313
+#  define _PyOpcode_opcode_metadata pycds_opcode_metadata_313
+#  define _PyOpcode_macro_expansion pycds_opcode_macro_expansion_313
+#  define _PyOpcode_OpName pycds_opcode_opname_313
+#  define _PyOpcode_Caches pycds_opcode_caches_313
+#  define _PyOpcode_Deopt pycds_opcode_deopt_313
+#  define _PyOpcode_PseudoTargets pycds_opcode_pseudo_targets_313
+#  include "internal/pycore_opcode_metadata.h"
+#  undef NEED_OPCODE_METADATA
+#  define PYCDS_OPCODE_CACHES pycds_opcode_caches_313
+#  define PYCDS_OPCODE_DEOPT pycds_opcode_deopt_313
 #endif
 
 #if PY_VERSION_HEX >= 0x030C0000

@@ -210,58 +210,77 @@ copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
     return copy_plain(w, op, size, 0, off);
 }
 
+/* The first inline cache entry of an instruction with caches as
+ * _PyCode_Quicken writes it (Python/specialize.c): 3.12, the adaptive
+ * counter at adaptive_counter_warmup(); 3.13, that too, but JUMP_BACKWARD's
+ * starts at initial_jump_backoff_counter() and the POP_JUMP_IF_* ones hold
+ * a branch history that starts as alternating bits, 0x5555 (3.13.0: every
+ * code object compiled from 150 stdlib modules has exactly these values). */
+static uint16_t
+initial_cache(int base)
+{
+#if PYCDS_313
+    switch (base) {
+    case JUMP_BACKWARD:
+        return initial_jump_backoff_counter().as_counter;
+    case POP_JUMP_IF_FALSE:
+    case POP_JUMP_IF_TRUE:
+    case POP_JUMP_IF_NONE:
+    case POP_JUMP_IF_NOT_NONE:
+        return 0x5555;
+    default:
+        return adaptive_counter_warmup().as_counter;
+    }
+#else
+    (void)base;
+    return adaptive_counter_warmup();
+#endif
+}
+
 /* 1 if the adaptive bytecode of src is still what init_code left in it (as
  * after unmarshal): never executed, never instrumented, no executor; 0 when
- * that is not certain.  Execution changes the first instruction that runs
- * in a way that never undoes itself:
- *   - 3.12: every instruction with inline caches starts with its counter at
- *     adaptive_counter_warmup() and the other cache entries zero
- *     (_PyCode_Quicken, Python/specialize.c); the first execution
- *     decrements the counter, and later ones specialise the instruction or
- *     back the counter off, never to that value again.  The superinstructions
- *     _PyCode_Quicken writes have no caches and stay.
- *   - 3.13: the first RESUME, reached by every run after the cache-less
- *     prefix the compiler emits (MAKE_CELL, COPY_FREE_VARS,
- *     RETURN_GENERATOR, POP_TOP), specialises itself to RESUME_CHECK the
- *     first time it runs (Python/bytecodes.c).
- * Instrumentation sets _co_instrumentation_version and _co_monitoring
- * (Python/instrumentation.c); 3.13's executors hang on co_executors. */
+ * that is not certain.  Every instruction is its own base opcode (not
+ * specialised: 3.13's RESUME becomes RESUME_CHECK the first time it runs;
+ * not instrumented; 3.12's superinstructions, cache-less, are written by
+ * _PyCode_Quicken itself), every first cache entry holds its initial value
+ * (initial_cache: the first execution moves the counter, and later ones
+ * specialise the instruction or back the counter off, never to that value
+ * again) and the other entries are zero, as _PyCode_Quicken leaves them
+ * (Python/specialize.c, 3.12 and 3.13); a deoptimised instruction keeps
+ * what its specialisation wrote there.  No test of the first RESUME alone:
+ * code that ran only under sys.settrace keeps a plain RESUME, its body
+ * specialised (a review found the crash).  Instrumentation sets
+ * _co_instrumentation_version and _co_monitoring (Python/instrumentation.c);
+ * 3.13's executors hang on co_executors. */
 static int
 bytecode_is_fresh(PyCodeObject *src)
 {
     if (src->_co_instrumentation_version != 0 || src->_co_monitoring != NULL) {
         return 0;
     }
-    const _Py_CODEUNIT *code = _PyCode_CODE(src);
-    Py_ssize_t n = Py_SIZE(src);
 #if PYCDS_313
     if (src->co_executors != NULL) {
         return 0;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int op = code[i].op.code;
-        if (op == RESUME) {
-            return 1;
-        }
-        if (op != MAKE_CELL && op != COPY_FREE_VARS && op != RETURN_GENERATOR
-            && op != POP_TOP && op != EXTENDED_ARG && op != NOP) {
-            return 0;
-        }
-    }
-    return 0;
-#else
-    uint16_t warm = adaptive_counter_warmup();
+#endif
+    const _Py_CODEUNIT *code = _PyCode_CODE(src);
+    Py_ssize_t n = Py_SIZE(src);
     for (Py_ssize_t i = 0; i < n; i++) {
         int op = code[i].op.code;
         if (op >= MIN_INSTRUMENTED_OPCODE) {
             return 0;
         }
-        int base = pycds_opcode_deopt_312[op];
-        int caches = pycds_opcode_caches_312[base];
+        int base = PYCDS_OPCODE_DEOPT[op];
+        int caches = PYCDS_OPCODE_CACHES[base];
+#if PYCDS_313
+        if (op != base) {
+            return 0;             /* RESUME_CHECK has no caches */
+        }
+#endif
         if (caches == 0) {
             continue;
         }
-        if (op != base || i + caches >= n || code[i + 1].cache != warm) {
+        if (op != base || i + caches >= n || code[i + 1].cache != initial_cache(base)) {
             return 0;
         }
         for (int k = 2; k <= caches; k++) {
@@ -272,7 +291,6 @@ bytecode_is_fresh(PyCodeObject *src)
         i += caches;
     }
     return 1;
-#endif
 }
 
 /* Overwrite the bytecode of copy c with what init_code makes of src's

@@ -404,3 +404,57 @@ def test_every_archived_code_object_is_what_its_pyc_gives(tmp_path):
             checked += 1
     index.close()
     assert checked > 1000
+
+
+TRACEMOD = '''def lines_ok(frame):
+    last = None
+    for start, end, line in frame.f_code.co_lines():
+        if start <= frame.f_lasti < end:
+            last = line
+    return last == frame.f_lineno
+def work(k):
+    return sum(range(k))
+'''
+
+TRACEDUMP = '''import sys, tracemod
+def trace(frame, event, arg):
+    tracemod.lines_ok(frame)
+    return trace
+sys.settrace(trace); tracemod.work(5); tracemod.work(5); sys.settrace(None)
+'''
+
+
+def test_code_run_only_under_a_trace_function_is_archived_fresh(tmp_path):
+    """On 3.13 a function that ran only under sys.settrace (here: called by
+    the trace function itself) keeps its first RESUME while its body
+    specialises; taken for code that never ran, it was archived with the
+    DUMP process's inline caches, and the SHARE run crashed on them (found
+    by a review; CPython's test_sys_settrace crashed the same way)."""
+    import marshal
+    from pycds import _format as F
+    from pycds import _nativeapi as N
+    (tmp_path / "tracemod.py").write_text(TRACEMOD)
+    (tmp_path / "dump.py").write_text(TRACEDUMP)
+    (tmp_path / "use.py").write_text(
+        "import sys, tracemod\nprint(tracemod.lines_ok(sys._getframe()), tracemod.work(4))\n")
+    installed(tmp_path / "tracemod.py")
+    settle(tmp_path)
+    img = str(tmp_path / "a.img")
+    d = run_python("dump.py", cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=2)
+    assert d.rc == 0 and "tracemod" not in read_again(d), d
+    plain = run_python("use.py", cwd=tmp_path)
+    share = run_python("use.py", cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+    assert share.rc == 0 and "tracemod" in share.served(), share
+    assert share.out == plain.out == "True 6\n", (plain, share)
+    index = F.Index.open(img)
+    arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
+    entry = index.lookup("tracemod")
+    with open(entry.pyc_path, "rb") as f:
+        ref = marshal.loads(f.read()[16:])
+    got = arch.load(entry)
+    for g, r in zip(got.co_consts, ref.co_consts, strict=True):
+        if type(r) is type(ref) and sys.version_info >= (3, 11):
+            assert g._co_code_adaptive == r._co_code_adaptive, r.co_name
+    index.close()
