@@ -405,8 +405,10 @@ pycds_layout_intern(PyObject **slot)
      *   3. otherwise a new interpreter-owned copy, interned as unmarshal
      *      would: never the chunk's own string in a debug build (its
      *      _PyUnicode_ClearInterned makes interned strings mortal again at
-     *      exit and would free() it), nor a tail's (it would keep its tail
-     *      page). */
+     *      exit and would free() it) or one with assertions on (3.13's
+     *      immortalize_interned asserts the string is not immortal yet;
+     *      NDEBUG comes with the interpreter's own CFLAGS, which build this
+     *      module), nor a tail's (it would keep its tail page). */
     PyObject *s = *slot;
     _Py_hashtable_t *statics = _PyRuntime.cached_objects.interned_strings;
     if (statics != NULL) {
@@ -428,7 +430,7 @@ pycds_layout_intern(PyObject **slot)
             return pycds_fail_python("looking up an interned string");
         }
     }
-#ifndef Py_DEBUG
+#if !defined(Py_DEBUG) && defined(NDEBUG)
     if (_Py_IsImmortal(s)) {
 #  if PYCDS_313
         _PyUnicode_InternImmortal(interp, slot);
