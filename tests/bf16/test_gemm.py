@@ -64,20 +64,30 @@ def reference(a, b, c0, alpha, beta):
     return ref, af, bf
 
 
-@pytest.fixture(params=["hw", "generic", "fallback"])
-def kernel(request):
-    """Run the test on the hardware kernel, the portable C kernel (same
-    native driver: packing, threads, blocking) and the numpy fallback."""
-    if request.param == "hw":
+def _kernel_selected(param):
+    if param == "hw":
         if gemm.HW_KERNEL == "none":
             pytest.skip("this CPU has no AVX512-BF16 / BFMMLA; the driver is "
                         "covered by 'generic' here and BFMMLA under qemu")
         name = gemm.HW_KERNEL
     else:
-        name = request.param
+        name = param
     prev = gemm._select_kernel(name)
     yield name
     gemm._select_kernel(prev)
+
+
+@pytest.fixture(params=["hw", "generic", "fallback"])
+def kernel(request):
+    """Run the test on the hardware kernel, the portable C kernel (same
+    native driver: packing, threads, blocking) and the numpy fallback."""
+    yield from _kernel_selected(request.param)
+
+
+@pytest.fixture(params=["hw", "generic"])
+def native_kernel(request):
+    """The two kernels of the native driver (its worker pool)."""
+    yield from _kernel_selected(request.param)
 
 
 def check(got, a, b, c0, alpha, beta):
@@ -435,12 +445,10 @@ class TestSbgemmFused:
 
 
 class TestWorkerPool:
-    def test_consecutive_calls_do_not_reuse_packed_a(self, kernel):
+    def test_consecutive_calls_do_not_reuse_packed_a(self, native_kernel):
         """Pool workers keep their packing buffers between calls; a buffer's
         packed A is only reused within the call that packed it.  Inference
         shapes (few rows, many panels split over threads) take that path."""
-        if kernel == "fallback":
-            pytest.skip("no native driver")
         gemm._set_num_threads(2)
         try:
             rng = np.random.default_rng(21)
@@ -452,9 +460,8 @@ class TestWorkerPool:
         finally:
             gemm._set_num_threads(0)
 
-    def test_fork_child_gets_its_own_workers(self, kernel, tmp_path):
-        if kernel == "fallback":
-            pytest.skip("no native driver")
+    def test_fork_child_gets_its_own_workers(self, native_kernel, tmp_path):
+        kernel = native_kernel
         code = (
             "import os, numpy as np\n"
             "from pycds.bf16 import gemm\n"
