@@ -170,21 +170,30 @@ next_candidate(pycds_archive *a)
 }
 
 /* With a->mu held: give back the page ranges queued by release.c (the lock
- * is let go meanwhile; only a thread holding the GIL adds to the queue). */
+ * is let go meanwhile; only a thread holding the GIL adds to the queue).
+ * The queue's buffer goes back to the queue for reuse rather than to
+ * free(): on the read-ahead thread, free() would set up a glibc arena of
+ * that thread's own (its per-thread cache) for good. */
 static void
 drain_locked(pycds_archive *a)
 {
     while (a->gb_n > 0) {
         uintptr_t *q = a->gb_q;
-        size_t n = a->gb_n;
+        size_t n = a->gb_n, cap = a->gb_cap;
         a->gb_q = NULL;
         a->gb_n = a->gb_cap = 0;
         pthread_mutex_unlock(&a->mu);
         for (size_t i = 0; i < n; i++) {
             (void)pycds_release_pages(a, q[2 * i], (size_t)q[2 * i + 1]);
         }
-        free(q);
         pthread_mutex_lock(&a->mu);
+        if (a->gb_q == NULL) {
+            a->gb_q = q;
+            a->gb_cap = cap;
+        }
+        else {
+            free(q);      /* a new queue was started meanwhile (rare) */
+        }
     }
 }
 
