@@ -369,18 +369,14 @@ print(s)
 '''
 
 
-def test_every_archived_code_object_is_what_its_pyc_gives(tmp_path):
-    # The code objects a DUMP run's imports ran (and specialised: the
-    # program runs their functions hot) are archived as a fresh .pyc load
-    # gives them: same bytecode and, 3.11+, same adaptive bytecode.
+def same_as_pycs(img, names=None, skip=()):
+    """Load (without running) the modules ``names`` of archive ``img``
+    (default: every one but ``skip``) and assert each code object is what
+    ``marshal.loads`` of its .pyc gives: same bytecode and, 3.11+, same
+    adaptive bytecode.  Returns how many code objects were compared."""
     import marshal
     from pycds import _format as F
     from pycds import _nativeapi as N
-    (tmp_path / "workout.py").write_text(WORKOUT)
-    img = str(tmp_path / "a.img")
-    d = run_python("workout.py", cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
-                   PYCDSVERBOSE=2)
-    assert d.rc == 0 and as_ran(d) >= 20, d
     index = F.Index.open(img)
     arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
 
@@ -391,20 +387,33 @@ def test_every_archived_code_object_is_what_its_pyc_gives(tmp_path):
                 yield from walk(k)
 
     checked = 0
-    for e in index.entries():
-        if e.name in read_again(d):
-            continue
-        with open(e.pyc_path, "rb") as f:
-            ref = marshal.loads(f.read()[16:])
-        got = arch.load(e)
-        for g, r in zip(walk(got), walk(ref), strict=True):
-            assert (g.co_name, g.co_code) == (r.co_name, r.co_code), e.name
-            if sys.version_info >= (3, 11):
-                assert g._co_code_adaptive == r._co_code_adaptive, (e.name, g.co_name)
-            checked += 1
-    index.close()
-    assert checked > 1000
+    try:
+        for e in index.entries():
+            if e.name in skip or (names is not None and e.name not in names):
+                continue
+            with open(e.pyc_path, "rb") as f:
+                ref = marshal.loads(f.read()[16:])
+            got = arch.load(e)
+            for g, r in zip(walk(got), walk(ref), strict=True):
+                assert (g.co_name, g.co_code) == (r.co_name, r.co_code), e.name
+                if sys.version_info >= (3, 11):
+                    assert g._co_code_adaptive == r._co_code_adaptive, (e.name, g.co_name)
+                checked += 1
+    finally:
+        index.close()
+    return checked
 
+
+def test_every_archived_code_object_is_what_its_pyc_gives(tmp_path):
+    # The code objects a DUMP run's imports ran (and specialised: the
+    # program runs their functions hot) are archived as a fresh .pyc load
+    # gives them: same bytecode and, 3.11+, same adaptive bytecode.
+    (tmp_path / "workout.py").write_text(WORKOUT)
+    img = str(tmp_path / "a.img")
+    d = run_python("workout.py", cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=2)
+    assert d.rc == 0 and as_ran(d) >= 20, d
+    assert same_as_pycs(img, skip=read_again(d)) > 1000
 
 TRACEMOD = '''def lines_ok(frame):
     last = None
@@ -430,9 +439,6 @@ def test_code_run_only_under_a_trace_function_is_archived_fresh(tmp_path):
     specialises; taken for code that never ran, it was archived with the
     DUMP process's inline caches, and the SHARE run crashed on them (found
     by a review; CPython's test_sys_settrace crashed the same way)."""
-    import marshal
-    from pycds import _format as F
-    from pycds import _nativeapi as N
     (tmp_path / "tracemod.py").write_text(TRACEMOD)
     (tmp_path / "dump.py").write_text(TRACEDUMP)
     (tmp_path / "use.py").write_text(
@@ -448,13 +454,4 @@ def test_code_run_only_under_a_trace_function_is_archived_fresh(tmp_path):
                        PYCDSVERBOSE=1)
     assert share.rc == 0 and "tracemod" in share.served(), share
     assert share.out == plain.out == "True 6\n", (plain, share)
-    index = F.Index.open(img)
-    arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
-    entry = index.lookup("tracemod")
-    with open(entry.pyc_path, "rb") as f:
-        ref = marshal.loads(f.read()[16:])
-    got = arch.load(entry)
-    for g, r in zip(got.co_consts, ref.co_consts, strict=True):
-        if type(r) is type(ref) and sys.version_info >= (3, 11):
-            assert g._co_code_adaptive == r._co_code_adaptive, r.co_name
-    index.close()
+    assert same_as_pycs(img, names={"tracemod"}) == 3     # module, lines_ok, work
