@@ -6,7 +6,8 @@ Format: ``[pycds] served <module>``, ``[pycds] fallback <module>: <reason>``,
 
 import sys
 
-# Set by _activate from the configuration; 0 = quiet, 1 = per module, 2 = detail.
+# Set at start-up (pycds._start) from the configuration, and only imported then
+# when PYCDSVERBOSE is set or a setting is bad; 0 = quiet, 1 = per module, 2 = detail.
 level = 0
 
 

@@ -325,7 +325,7 @@ def dump_at_exit(config):
     """The atexit handler of DUMP mode: never raises, never changes the exit
     status; a failure is one warning saying no archive was written.  Does
     nothing in a subinterpreter (its atexit handlers run when it ends)."""
-    from ._activate import is_main_interpreter
+    from . import is_main_interpreter
     if not is_main_interpreter():
         return
     pairs = snapshot()

@@ -29,7 +29,6 @@ import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
 
 from . import _format as F
-from . import _log
 
 __all__ = ["CDSFinder", "ArchiveLoader", "install", "uninstall", "stats"]
 
@@ -76,10 +75,27 @@ def stats():
     return out
 
 
+# PYCDSVERBOSE, from the configuration install() was given.  pycds._log is
+# imported only to print: a quiet process (the usual case) never loads it.
+_verbose = 0
+
+
+def _say(msg, at=1):
+    """A verbose line (callers test ``_verbose >= at`` first)."""
+    from . import _log
+    _log.verbose(msg, at)
+
+
+def _warn(msg):
+    from . import _log
+    _log.warning(msg)
+
+
 def _fallback(name, reason):
     f = _stats["fallbacks"]
     f[reason] = f.get(reason, 0) + 1
-    _log.verbose(f"fallback {name}: {reason}", 1)
+    if _verbose:
+        _say(f"fallback {name}: {reason}", 1)
 
 
 class _Archive:
@@ -130,9 +146,10 @@ class _Archive:
         if not self.disabled:
             self.disabled = True
             if quiet:
-                _log.verbose(f"archive {self.path} not used: {reason}", 1)
+                if _verbose:
+                    _say(f"archive {self.path} not used: {reason}", 1)
             else:
-                _log.warning(f"archive {self.path} ignored: {reason}")
+                _warn(f"archive {self.path} ignored: {reason}")
 
     def load_code(self, entry):
         """The archived code object of ``entry`` (a :class:`_ChunkRef` or
@@ -203,7 +220,8 @@ class _Archive:
             try:
                 _stats["released_bytes"] += native.release(entry)
             except Exception as e:
-                _log.verbose(f"release {entry.name}: {e}", 2)
+                if _verbose >= 2:
+                    _say(f"release {entry.name}: {e}", 2)
 
 
 def _stale(entry, check):
@@ -291,7 +309,8 @@ class ArchiveLoader(SourceFileLoader):
                     module = sys.modules.get(fullname)
                     archive.ran.append((entry, getattr(module, "__spec__", None)))
                 _stats["served"] += 1
-                _log.verbose(f"served {fullname}", 1)
+                if _verbose:
+                    _say(f"served {fullname}", 1)
                 return code
         return super().get_code(fullname)
 
@@ -331,7 +350,8 @@ class CDSFinder:
             archive.disable(f"index unreadable ({e})")
             return None
         if entry is None:
-            _log.verbose(f"not in archive {fullname}", 2)
+            if _verbose >= 2:
+                _say(f"not in archive {fullname}", 2)
             return None
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
@@ -371,14 +391,15 @@ def install(config):
     """Open ``config.archive`` and put a :class:`CDSFinder` on
     ``sys.meta_path`` before PathFinder.  Returns the finder, or None (after
     one warning) when the archive cannot be used."""
-    global _installed
+    global _installed, _verbose
     if _installed is not None:
         return _installed
     t0 = time.perf_counter()
+    _verbose = config.verbose
     try:
         index = F.Index.open(config.archive)
     except F.FormatError as e:
-        _log.warning(f"archive {config.archive} ignored: {e}")
+        _warn(f"archive {config.archive} ignored: {e}")
         return None
     finder = CDSFinder(_Archive(index, config.check, config.verify,
                                 config.prefetch, config.release))

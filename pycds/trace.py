@@ -64,7 +64,7 @@ def write_list(path, names, session):
 def trace_at_exit(config):
     """atexit handler of TRACE mode; never raises; nothing in a
     subinterpreter."""
-    from ._activate import is_main_interpreter
+    from . import is_main_interpreter
     if not is_main_interpreter():
         return
     try:

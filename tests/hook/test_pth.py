@@ -29,6 +29,29 @@ class TestPth:
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.out.strip() == "[]", r
 
+    def test_quiet_share_start_up_imports_four_modules(self, tmp_path):
+        # Every module imported at start-up costs each SHARE process about
+        # 0.1 ms of finding, reading and unmarshalling (docs/performance.md):
+        # the package (with the .pth entry point), its settings, the index
+        # reader and the finder; pycds._log only when there is a line to print.
+        img = str(tmp_path / "a.img")
+        (tmp_path / "m.py").write_text("X = 1\n")
+        run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        (tmp_path / "probe.py").write_text(
+            "import sys; print(sorted(m for m in sys.modules if m.startswith('pycds')))\n")
+        r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out.strip() == str(["pycds", "pycds._config", "pycds._format",
+                                     "pycds.finder"]) and r.err == "", r
+        r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE="2")
+        assert "pycds._log" in r.out and "[pycds] not in archive" in r.err, r
+
+    def test_bad_setting_warns_at_start_up(self, tmp_path):
+        r = run_python(["-c", "print('fine')"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(tmp_path / "missing.img"), PYCDSVERBOSE="loud")
+        assert r.out == "fine\n" and r.rc == 0
+        assert any("PYCDSVERBOSE='loud'" in w for w in r.warnings()), r
+
     def test_broken_archive_path_warns_once_and_runs(self, tmp_path):
         r = run_python(["-c", "print('fine')"], cwd=tmp_path, PYCDSMODE="SHARE",
                        PYCDSARCHIVE=str(tmp_path / "missing.img"))
