@@ -79,6 +79,11 @@ uint64_t pycds_hash64(const void *data, size_t n, uint64_t seed);
 uint64_t pycds_hash64_2(const void *a, size_t na, const void *b, size_t nb,
                         uint64_t seed);
 
+/* Allocate the first length bytes of the file fd (a new archive, before it
+ * is written: file.c says why).  Where the file system cannot, does nothing.
+ * PYCDS_E_IO with *err = errno on another failure (ENOSPC, ...). No GIL. */
+int pycds_preallocate(int fd, uint64_t length, int *err);
+
 /* Identity of the running interpreter image and object layout, written as
  * text into buf (at most cap bytes, NUL-terminated).  It changes whenever
  * the static objects could sit at other offsets from the anchor. */

@@ -45,6 +45,21 @@ def layout_id():
     return ffi.string(buf).decode()
 
 
+def preallocate(fd, length):
+    """Allocate the first ``length`` bytes of the new file ``fd`` before it
+    is written, so that renaming it over an old archive does not flush it
+    (native/file.c).  Does nothing where the file system cannot.  Raises
+    OSError (ENOSPC, ...) as the write would."""
+    err = ffi.new("int *")
+    rc = lib.pycds_preallocate(fd, length, err)
+    if rc:
+        if err[0]:
+            import os
+            raise OSError(err[0], f"cannot allocate {length} bytes for the archive: "
+                                  f"{os.strerror(err[0])}")
+        _check(rc, "preallocate")
+
+
 def hash64(data, seed=0):
     """XXH64 of a bytes-like object with a 64-bit seed, as an int."""
     return lib.pycds_hash64(ffi.from_buffer(data), len(data), seed)

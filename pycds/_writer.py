@@ -8,6 +8,10 @@ vanishes with its descriptor).  Where ``O_TMPFILE`` is unavailable a named
 temporary file is used, and stale ones of dead writers are swept up by the
 next dump.
 
+The file's blocks are allocated (``fallocate``) before it is written: on
+ext4 a rename over an existing file otherwise allocates and starts writing
+back the new file's delayed blocks inside ``rename`` (native/file.c).
+
 Nothing is fsync()ed, as CPython does not sync the ``.pyc`` files it
 writes (``_write_atomic`` in importlib._bootstrap_external): an archive is
 a cache whose every part is checksummed with keys unique to that archive,
@@ -145,6 +149,13 @@ def write_atomic(path, chunks, length=None):
         if not unnamed:
             tmp = os.path.join(d, f".{base}{_TMP_MARK}{os.getpid()}.{time.monotonic_ns()}")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        size = max([off + memoryview(data).nbytes for off, data in chunks]
+                   + [length or 0])
+        # Blocks allocated up front: the rename over the old archive below
+        # then has no delayed allocation to flush (native/file.c: 4.3 vs
+        # 1.2 ms for 6 MiB on ext4).
+        from ._nativeapi import preallocate
+        preallocate(fd, size)
         for off, data in chunks:
             view = memoryview(data).cast("B")
             while view:

@@ -374,3 +374,42 @@ class TestHash:
         want = xxhash.xxh64(a + b, seed=seed).intdigest()
         assert N.hash64(a + b, seed) == want
         assert lib.pycds_hash64_2(a, len(a), b, len(b), seed) == want
+
+
+class TestWriteAtomic:
+    """pycds/_writer.write_atomic allocates the file's blocks before writing
+    (native/file.c): tmp_path is on ext4 here, which has fallocate."""
+
+    def test_blocks_are_allocated_before_anything_is_written(self, tmp_path):
+        fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            N.preallocate(fd, 3 << 20)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        assert st.st_size == 3 << 20 and st.st_blocks * 512 >= 3 << 20
+
+    def test_a_length_no_file_system_holds_is_an_oserror(self, tmp_path):
+        import errno
+        fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with pytest.raises(OSError) as e:
+                N.preallocate(fd, 1 << 62)
+            assert e.value.errno in (errno.EFBIG, errno.ENOSPC)
+            assert os.fstat(fd).st_size == 0
+        finally:
+            os.close(fd)
+
+    @pytest.mark.parametrize("length", [None, 10000, 3 << 20])
+    def test_replacing_an_archive_writes_exactly_the_parts(self, tmp_path, length):
+        path = tmp_path / "a.img"
+        path.write_bytes(b"old archive" * 100000)
+        parts = [(0, b"head"), (4096, bytes(range(256)) * 40), (20000, memoryview(b"tail"))]
+        W.write_atomic(str(path), parts, length)
+        got = path.read_bytes()
+        want = bytearray(max(20004, length or 0))
+        for off, data in parts:
+            want[off:off + len(data)] = data
+        # length is the file's size: zeros after the last part, or cut there
+        assert got == (want if length is None else want[:length])
+        assert sorted(os.listdir(tmp_path)) == ["a.img"]

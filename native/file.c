@@ -1,0 +1,51 @@
+/* file.c -- what writing an archive file needs that Python's os module lacks.
+ *
+ * pycds_preallocate: allocate a new archive's blocks before it is written.
+ * The writer (pycds/_writer.py) renames the finished file over the old
+ * archive; ext4 (mount option auto_da_alloc, the default) then allocates
+ * the new file's delayed-allocation blocks and starts their writeback
+ * inside rename(2), because an application replacing a file this way
+ * usually wants its data to survive a crash (ext4_alloc_da_blocks(), called
+ * from ext4_rename() in fs/ext4/namei.c; Documentation/admin-guide/
+ * ext4.rst).  An archive is a checksummed cache that needs no such care
+ * (a damaged one is refused and rewritten), and that flush cost 4.3 ms for
+ * a 6 MiB archive here against 1.2 ms with the blocks allocated up front:
+ * blocks that fallocate(2) allocated are not delayed, so rename has
+ * nothing to flush.
+ *
+ * os.posix_fallocate() is not used: where the file system has no
+ * fallocate, glibc emulates it by writing every block, which is slower than
+ * not preallocating at all.  Touches no Python object (no GIL needed).
+ */
+#include "pycds_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+
+int
+pycds_preallocate(int fd, uint64_t length, int *err)
+{
+    if (err == NULL)
+        return pycds_fail(PYCDS_E_ARG, "preallocate: no errno slot");
+    *err = 0;
+    if (fd < 0 || length > (uint64_t)INT64_MAX)
+        return pycds_fail(PYCDS_E_ARG, "preallocate: fd %d, length %llu",
+                          fd, (unsigned long long)length);
+    if (length == 0)
+        return PYCDS_OK;
+#if defined(__linux__)
+    if (fallocate(fd, 0, 0, (off_t)length) == 0)
+        return PYCDS_OK;
+    /* No fallocate here (file system or kernel): the file is written as
+     * it would be without it.  Any other failure (ENOSPC, EFBIG, EIO) is
+     * the write's failure too, reported now. */
+    if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
+        return PYCDS_OK;
+    *err = errno;
+    return pycds_fail(PYCDS_E_IO, "fallocate of %llu bytes: %s",
+                      (unsigned long long)length, strerror(*err));
+#else
+    return PYCDS_OK;
+#endif
+}
