@@ -80,7 +80,8 @@ uint64_t pycds_hash64_2(const void *a, size_t na, const void *b, size_t nb,
                         uint64_t seed);
 
 /* Allocate the first length bytes of the file fd (a new archive, before it
- * is written: file.c says why).  Where the file system cannot, does nothing.
+ * is written: file.c says why), keeping its size.  Where the file system
+ * cannot, does nothing.
  * PYCDS_E_IO with *err = errno on another failure (ENOSPC, ...). No GIL. */
 int pycds_preallocate(int fd, uint64_t length, int *err);
 

@@ -48,8 +48,8 @@ def layout_id():
 def preallocate(fd, length):
     """Allocate the first ``length`` bytes of the new file ``fd`` before it
     is written, so that renaming it over an old archive does not flush it
-    (native/file.c).  Does nothing where the file system cannot.  Raises
-    OSError (ENOSPC, ...) as the write would."""
+    (native/file.c); the file's size does not change.  Does nothing where
+    the file system cannot.  Raises OSError (ENOSPC, EBADF, ...)."""
     err = ffi.new("int *")
     rc = lib.pycds_preallocate(fd, length, err)
     if rc:

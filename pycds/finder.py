@@ -81,7 +81,8 @@ _verbose = 0
 
 
 def _say(msg, at=1):
-    """A verbose line (callers test ``_verbose >= at`` first)."""
+    """A verbose line (callers test ``_verbose >= at`` first; install()
+    has imported pycds._log then)."""
     from . import _log
     _log.verbose(msg, at)
 
@@ -396,6 +397,11 @@ def install(config):
         return _installed
     t0 = time.perf_counter()
     _verbose = config.verbose
+    if _verbose:
+        # Imported now, not by the first line printed: from inside
+        # find_spec that import would come back to this finder.
+        from . import _log
+        _log.level = max(_log.level, _verbose)
     try:
         index = F.Index.open(config.archive)
     except F.FormatError as e:

@@ -93,6 +93,22 @@ class TestInstall:
                 finder.uninstall()
             assert f not in sys.meta_path
 
+    @pytest.mark.parametrize("verbose", [1, 2])
+    def test_installed_by_hand_prints_what_verbose_asks(self, archived_pkg, verbose):
+        # The API form, in a process where start-up imported nothing of
+        # pycds: the finder's first line must not import pycds._log through
+        # the finder itself (it once recursed until RecursionError).
+        root, img = archived_pkg
+        r = run_python(["-c", f"""
+from pycds import _config, finder
+finder.install(_config.Config(mode=_config.MODE_SHARE, archive={img!r}, verbose={verbose}))
+import json, fmod, fpkg.sub
+print(fmod.VALUE)
+"""], cwd=root)
+        assert (r.rc, r.out) == (0, "42\n"), r
+        assert set(r.served()) == {"fmod", "fpkg", "fpkg.sub"}, r
+        assert ("[pycds] not in archive json" in r.err) == (verbose == 2), r
+
 
 
 KEPT = '''import gc, importlib, sys, tracemalloc
