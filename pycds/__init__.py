@@ -39,14 +39,15 @@ def _start():
         return None
     from . import _config
     try:
-        return _activate(_config, _config.from_environ())
+        return _activate(_config.from_environ())
     except Exception as e:   # never break start-up
         from . import _log
         _log.warning(f"pycds not activated: {e!r}")
         return None
 
 
-def _activate(_config, cfg):
+def _activate(cfg):
+    from . import _config
     if cfg.verbose or cfg.problems:
         # Quiet processes (the usual case) never import _log at start-up.
         from . import _log
@@ -99,7 +100,6 @@ def is_main_interpreter(cheap_only=False):
         return interpreters.get_current() == interpreters.get_main()
     except Exception:
         return True
-
 
 
 def stats():
