@@ -480,26 +480,34 @@ draw_code_version(PyInterpreterState *interp, uint32_t *version)
     return PYCDS_OK;
 }
 #else
-/* A tiny code object whose replicas draw code versions (never freed). */
-static PyObject *version_source;
+/* The bound method replace of a tiny code object, whose replicas draw code
+ * versions (never freed; the main interpreter's, as all of pycds). */
+static PyObject *version_replace;
 
 /* Draw the next code version the way init_code does: 3.12 keeps the
  * counter in a variable private to libpython (_Py_next_func_version in
  * Objects/codeobject.c, not exported), so the only way to draw from it is
  * to have init_code run: replicate a tiny code object and take its
  * co_version.  Code watchers are paused meanwhile: the replica is not an
- * event a watcher should see. */
+ * event a watcher should see.  The method is looked up once: a lookup by
+ * name per call (PyObject_CallMethod makes the name's str each time) cost
+ * about as much as the replica, for each of the ~16,000 code objects of
+ * numpy, flask and boto3. */
 static int
 draw_code_version(PyInterpreterState *interp, uint32_t *version)
 {
     uint8_t watchers = interp->active_code_watchers;
     interp->active_code_watchers = 0;
-    if (version_source == NULL) {
-        version_source = (PyObject *)PyCode_NewEmpty("<pycds>", "<version>", 0);
+    if (version_replace == NULL) {
+        PyObject *source = (PyObject *)PyCode_NewEmpty("<pycds>", "<version>", 0);
+        if (source != NULL) {
+            version_replace = PyObject_GetAttrString(source, "replace");
+            Py_DECREF(source);
+        }
     }
     PyObject *replica = NULL;
-    if (version_source != NULL) {
-        replica = PyObject_CallMethod(version_source, "replace", NULL);
+    if (version_replace != NULL) {
+        replica = PyObject_CallNoArgs(version_replace);
     }
     interp->active_code_watchers = watchers;
     if (replica == NULL) {
