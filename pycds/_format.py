@@ -110,7 +110,24 @@ def meta_for_this_interpreter():
         "cache_tag": sys.implementation.cache_tag,
         "optimize": sys.flags.optimize,
         "byteorder": sys.byteorder,
+        "debug_ranges": debug_ranges(),
     }
+
+
+def debug_ranges():
+    """Whether code objects made in this process keep column positions
+    (3.11+): ``-X no_debug_ranges`` and ``PYTHONNODEBUGRANGES`` (set and
+    not empty, unless ``-E``) make ``_PyCode_New`` drop them, so that plain
+    import's code, its tracebacks and ``co_positions()`` have none.  The
+    rule is the configuration's own (``config_read_complex_options`` in
+    Python/initconfig.c, 3.11-3.13): reading it off a code object would need
+    ``__code__`` or a frame, which audit hooks see (``object.__getattr__``)
+    and a sandbox may refuse."""
+    if sys.version_info < (3, 11):
+        return True     # line numbers only, nothing to drop
+    if "no_debug_ranges" in sys._xoptions:
+        return False
+    return bool(sys.flags.ignore_environment or not os.environ.get("PYTHONNODEBUGRANGES"))
 
 
 class FormatError(Exception):

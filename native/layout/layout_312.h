@@ -480,41 +480,75 @@ draw_code_version(PyInterpreterState *interp, uint32_t *version)
     return PYCDS_OK;
 }
 #else
-/* The bound method replace of a tiny code object, whose replicas draw code
- * versions (never freed; the main interpreter's, as all of pycds). */
-static PyObject *version_replace;
+/* A tiny code object (never freed; the main interpreter's, as all of pycds)
+ * and the constructor arguments taken from it once: replicas made from
+ * them draw code versions. */
+static PyCodeObject *version_template;
+static struct _PyCodeConstructor version_con;
 
 /* Draw the next code version the way init_code does: 3.12 keeps the
  * counter in a variable private to libpython (_Py_next_func_version in
  * Objects/codeobject.c, not exported), so the only way to draw from it is
- * to have init_code run: replicate a tiny code object and take its
- * co_version.  Code watchers are paused meanwhile: the replica is not an
- * event a watcher should see.  The method is looked up once: a lookup by
- * name per call (PyObject_CallMethod makes the name's str each time) cost
- * about as much as the replica, for each of the ~16,000 code objects of
- * numpy, flask and boto3. */
+ * to have init_code run: make a replica of a tiny code object with
+ * _PyCode_New (internal/pycore_code.h, exported), take its co_version and
+ * free it.  Not code.replace() or PyCode_New*: those raise the audit event
+ * code.__new__ (code_replace_impl; PyUnstable_Code_NewWithPosOnlyArgs does
+ * not, but validates and copies every argument), which plain unmarshal
+ * never raises: an audit hook would have seen one per loaded code object
+ * (and one refusing it, every load fail).  Code watchers are paused from
+ * the replica's creation to its destruction: neither is an event a watcher
+ * should see.  Once the arguments are made, a replica costs one allocation
+ * (3.12.1: ~16,000 for numpy, flask and boto3). */
 static int
 draw_code_version(PyInterpreterState *interp, uint32_t *version)
 {
     uint8_t watchers = interp->active_code_watchers;
     interp->active_code_watchers = 0;
-    if (version_replace == NULL) {
-        PyObject *source = (PyObject *)PyCode_NewEmpty("<pycds>", "<version>", 0);
-        if (source != NULL) {
-            version_replace = PyObject_GetAttrString(source, "replace");
-            Py_DECREF(source);
+    if (version_template == NULL) {
+        PyCodeObject *t = PyCode_NewEmpty("<pycds>", "<version>", 0);
+        PyObject *bytecode = t == NULL ? NULL : PyCode_GetCode(t);
+        if (bytecode == NULL) {
+            Py_XDECREF(t);
+        }
+        else {
+            version_template = t;
+            version_con = (struct _PyCodeConstructor){
+                .filename = t->co_filename,
+                .name = t->co_name,
+                .qualname = t->co_qualname,
+                .flags = t->co_flags,
+                .code = bytecode,          /* the reference is kept */
+                .firstlineno = t->co_firstlineno,
+                .linetable = t->co_linetable,
+                .consts = t->co_consts,
+                .names = t->co_names,
+                .localsplusnames = t->co_localsplusnames,
+                .localspluskinds = t->co_localspluskinds,
+                .argcount = t->co_argcount,
+                .posonlyargcount = t->co_posonlyargcount,
+                .kwonlyargcount = t->co_kwonlyargcount,
+                .stacksize = t->co_stacksize,
+                .exceptiontable = t->co_exceptiontable,
+            };
         }
     }
-    PyObject *replica = NULL;
-    if (version_replace != NULL) {
-        replica = PyObject_CallNoArgs(version_replace);
+    int ok = 0;
+    if (version_template != NULL) {
+        /* A copy: _PyCode_New points the constructor's linetable at a
+         * compacted one it frees before returning, under -X
+         * no_debug_ranges (3.12 Objects/codeobject.c). */
+        struct _PyCodeConstructor con = version_con;
+        PyCodeObject *replica = _PyCode_New(&con);
+        if (replica != NULL) {
+            *version = replica->co_version;
+            Py_DECREF(replica);
+            ok = 1;
+        }
     }
     interp->active_code_watchers = watchers;
-    if (replica == NULL) {
+    if (!ok) {
         return pycds_fail_python("drawing a code version");
     }
-    *version = ((PyCodeObject *)replica)->co_version;
-    Py_DECREF(replica);
     return PYCDS_OK;
 }
 #endif

@@ -114,12 +114,14 @@ def test_code_versions_are_drawn_at_load(loaded):
 @pytest.mark.skipif(not HAS_CODE_VERSION, reason="code watchers are new in 3.12")
 def test_code_watchers_see_each_loaded_code_object(loaded):
     code, arch, entry = loaded
-    created = []
+    created, others = [], []
     callback_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.py_object)
 
     def on_event(event, co):
         if event == 0:          # PY_CODE_EVENT_CREATE
             created.append(co)
+        else:                   # PY_CODE_EVENT_DESTROY: the 3.12 loader's
+            others.append((event, co.co_name))  # version replicas, once
         return 0
 
     callback = callback_type(on_event)
@@ -138,3 +140,29 @@ def test_code_watchers_see_each_loaded_code_object(loaded):
     loaded_codes = list(all_codes(got))
     assert len(created) == len(loaded_codes)
     assert all(any(c is x for x in loaded_codes) for c in created)
+    assert others == []       # as with marshal.loads: creations only
+
+
+def test_loading_raises_no_audit_event(tmp_path):
+    # marshal.loads of a .pyc raises no code.__new__ event; neither may the
+    # load (the 3.12 loader once made its co_version replicas with
+    # code.replace(), which raises one per code object).  A hook that
+    # refuses code.__new__ (sandbox style) must not stop modules being served.
+    from conftest import run_python
+    (tmp_path / "m.py").write_text(SRC)
+    img = str(tmp_path / "a.img")
+    run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    probe = (
+        "import sys\n"
+        "seen = []\n"
+        "def hook(event, args):\n"
+        "    if event == 'code.__new__':\n"
+        "        seen.append(args)\n"
+        "        raise RuntimeError('no new code objects here')\n"
+        "sys.addaudithook(hook)\n"
+        "import m\n"
+        "print(m.outer(1)(1), seen)\n")
+    r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert (r.rc, r.out) == (0, "5 []\n"), r
+    assert "m" in r.served() and not r.warnings() and not r.fallbacks(), r

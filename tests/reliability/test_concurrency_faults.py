@@ -387,3 +387,53 @@ class TestFlags:
         r = run_python([flag, "-m", "app"], cwd=d, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE=1)
         assert r.out == out and "app.util" in r.served() and not r.warnings(), r
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="column positions are new in 3.11")
+class TestDebugRanges:
+    """``-X no_debug_ranges`` / ``PYTHONNODEBUGRANGES``: plain import's code
+    objects have no column positions, so tracebacks show no carets.  An
+    archive made under the other setting is refused (it would show them, or
+    lack them); one made under the same setting is served."""
+
+    @pytest.fixture
+    def prog(self, tmp_path):
+        (tmp_path / "m.py").write_text('def f(d):\n    return d["a"]["b"] + 1\n')
+        (tmp_path / "app.py").write_text('import m, json\nm.f({"a": {"b": None}})\n')
+        return tmp_path
+
+    @staticmethod
+    def stderr(r):
+        return [line for line in r.err.splitlines() if not line.startswith("[pycds]")]
+
+    @pytest.mark.parametrize("dump_off,share_off", [(False, True), (True, False)])
+    def test_archive_of_the_other_setting_is_refused(self, prog, dump_off, share_off):
+        img = str(prog / "a.img")
+        off = {"PYTHONNODEBUGRANGES": "1"}
+        run_python(["app.py"], cwd=prog, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                   **(off if dump_off else {}))
+        env = off if share_off else {}
+        plain = run_python(["app.py"], cwd=prog, **env)
+        r = run_python(["app.py"], cwd=prog, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, **env)
+        assert (r.rc, r.out, self.stderr(r)) == (plain.rc, plain.out, self.stderr(plain)), r
+        # (With positions on, plain's carets depend on who wrote the .pyc:
+        # one written under no_debug_ranges has none, and plain import
+        # trusts it.  With them off, plain never shows any.)
+        if share_off:
+            assert "~~~~" not in r.err and "Traceback" in r.err
+        assert r.served() == [] and len(r.warnings()) == 1, r
+        assert "debug_ranges" in r.warnings()[0], r
+
+    @pytest.mark.parametrize("share_flags", [[], ["-X", "no_debug_ranges"]])
+    def test_archive_of_the_same_setting_is_served(self, prog, share_flags):
+        img = str(prog / "a.img")
+        run_python(["-X", "no_debug_ranges", "app.py"], cwd=prog, PYCDSMODE="DUMP",
+                   PYCDSARCHIVE=img)
+        env = {} if share_flags else {"PYTHONNODEBUGRANGES": "1"}
+        plain = run_python([*share_flags, "app.py"], cwd=prog, **env)
+        r = run_python([*share_flags, "app.py"], cwd=prog, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1, **env)
+        assert (r.rc, r.out, self.stderr(r)) == (plain.rc, plain.out, self.stderr(plain)), r
+        assert "~~~~" not in r.err and "Traceback" in r.err
+        assert {"m", "json", "json.decoder"} <= set(r.served()) and not r.warnings(), r
