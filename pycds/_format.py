@@ -273,12 +273,18 @@ class Index:
             if checksum(meta_b, h.archive_id) != h.meta_sum:
                 raise FormatError("meta checksum mismatch")
             meta = marshal.loads(meta_b)
+            if type(meta) is not dict:
+                raise FormatError("meta block is not a dict")
             here = meta_for_this_interpreter()
             foreign = None
             for key, value in here.items():
-                if meta.get(key) != value:
+                if key not in meta:
+                    foreign = (f"made by an older pycds (its meta has no {key}); "
+                               f"dump again")
+                elif meta[key] != value:
                     foreign = (f"made by another interpreter ({key} "
                                f"{meta.get(key)!r}, this is {value!r})")
+                if foreign is not None:
                     if check_interpreter:
                         raise FormatError(foreign)
                     break

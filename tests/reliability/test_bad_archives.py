@@ -212,6 +212,7 @@ class TestForeign:
         ("cache_tag", lambda m: "cpython-3%d" % TestForeign.OTHER, "another interpreter"),
         ("optimize", lambda m: 1, "optimize 1, this is 0"),
         ("byteorder", lambda m: "big", "another interpreter"),
+        ("debug_ranges", lambda m: not m["debug_ranges"], "debug_ranges False, this is True"),
     ])
     def test_refused(self, base_archive, archive_dir, key, value, expect):
         work, _, data, plain, _ = base_archive
@@ -234,6 +235,16 @@ class TestForeign:
         path = _write(archive_dir / "v.img", m.to_bytes())
         expect = f"made by Python 3.{other}, this is Python 3.{sys.version_info[1]}"
         assert refused(share(work, path), plain, path) == expect
+
+    def test_archive_of_an_older_pycds(self, base_archive, archive_dir):
+        """A meta block without a fact this version checks (debug_ranges,
+        new in session 14) is an older pycds's archive: refused, saying so."""
+        work, _, data, plain, _ = base_archive
+        m = fuzz_archive.Model(data)
+        del m.meta["debug_ranges"]
+        path = _write(archive_dir / "old.img", m.to_bytes())
+        assert refused(share(work, path), plain, path) == (
+            "made by an older pycds (its meta has no debug_ranges); dump again")
 
     def test_resigned_copy_is_served(self, base_archive, archive_dir):
         """The re-signing helper itself is right: unchanged, it is served."""
