@@ -173,14 +173,15 @@ def program_id(argv=None):
     return ("other", "\0".join(argv[1:]))
 
 
-def inherited_session(var):
+def inherited_session(var, tag=""):
     """The id of this run of a recording mode, kept in the environment
     variable ``var``: made by the run's first process and put in its
     environment, so that the child processes it starts share it (DUMP:
-    ``PYCDS_DUMP_SESSION``, TRACE: ``PYCDS_TRACE_SESSION``)."""
+    ``PYCDS_DUMP_SESSION``, TRACE: ``PYCDS_TRACE_SESSION``).  A new id is
+    16 random hex digits, then ``-tag`` if a ``tag`` is given."""
     session = os.environ.get(var, "")
     if not session:
-        session = os.urandom(8).hex()
+        session = os.urandom(8).hex() + (f"-{tag}" if tag else "")
         os.environ[var] = session
     return session
 

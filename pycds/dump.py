@@ -239,8 +239,25 @@ SESSION_VAR = "PYCDS_DUMP_SESSION"
 
 
 def dump_session():
-    """The id of this DUMP session (see _config.inherited_session)."""
-    return _config.inherited_session(SESSION_VAR)
+    """The id of this DUMP session (see _config.inherited_session), tagged
+    with the interpreter facts of the process that began it
+    (:func:`interpreter_tag`)."""
+    return _config.inherited_session(SESSION_VAR, interpreter_tag())
+
+
+def interpreter_tag():
+    """16 hex digits naming this process's interpreter facts (what an
+    archive's meta block must match: pycds._format.meta_for_this_interpreter).
+    A process of a DUMP session whose tag is not the session's -- a child
+    run by another Python, or with another -O or -X no_debug_ranges --
+    writes nothing: its code could not share the session's archive, and
+    replacing the archive would drop what the others wrote."""
+    facts = repr(sorted(F.meta_for_this_interpreter().items()))
+    return "%016x" % F.checksum(facts.encode("utf-8", "surrogatepass"), 0)
+
+
+def _session_is_ours(session):
+    return not session or session.rpartition("-")[2] == interpreter_tag()
 
 
 class _directory_lock:
@@ -331,10 +348,16 @@ def dump_at_exit(config):
     pairs = snapshot()
     t0 = time.perf_counter()
     try:
+        session = dump_session()
+        if not _session_is_ours(session):
+            _log.verbose(f"no archive written by this process: its interpreter "
+                         f"({sys.version.split()[0]}, {F.meta_for_this_interpreter()}) "
+                         f"is not the one its DUMP session began with", 1)
+            return
         # What start-up imported before pycds.pth ran, a SHARE run imports
         # before its finder too: not archived.
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
-                                  dump_session(), skip_preloaded=True)
+                                  session, skip_preloaded=True)
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: "
                      f"{str(e) or type(e).__name__}")

@@ -437,3 +437,24 @@ class TestDebugRanges:
         assert (r.rc, r.out, self.stderr(r)) == (plain.rc, plain.out, self.stderr(plain)), r
         assert "~~~~" not in r.err and "Traceback" in r.err
         assert {"m", "json", "json.decoder"} <= set(r.served()) and not r.warnings(), r
+
+    def test_a_child_of_the_other_setting_leaves_the_session_archive_alone(self, tmp_path):
+        # A DUMP session's children merge their modules into one archive.
+        # A child whose code cannot share it (here: no column positions)
+        # writes nothing; it used to replace the archive with its own
+        # modules, dropping what the children before it had written.
+        for name in ("mod_a", "mod_b", "mod_p"):
+            (tmp_path / f"{name}.py").write_text(f"NAME = {name!r}\n")
+        (tmp_path / "parent.py").write_text(
+            "import subprocess, sys\n"
+            "subprocess.run([sys.executable, '-c', 'import mod_a'], check=True)\n"
+            "subprocess.run([sys.executable, '-X', 'no_debug_ranges', '-c', 'import mod_b'],"
+            " check=True)\n"
+            "import mod_p\n")
+        img = str(tmp_path / "s.img")
+        d = run_python(["parent.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert d.rc == 0 and not d.warnings(), d
+        r = run_python(["-c", "import mod_a, mod_b, mod_p"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.rc == 0 and not r.warnings(), r
+        assert {"mod_a", "mod_p"} <= set(r.served()) and "mod_b" not in r.served(), r
