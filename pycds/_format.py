@@ -114,20 +114,38 @@ def meta_for_this_interpreter():
     }
 
 
+_debug_ranges = None
+
+
 def debug_ranges():
     """Whether code objects made in this process keep column positions
     (3.11+): ``-X no_debug_ranges`` and ``PYTHONNODEBUGRANGES`` (set and
     not empty, unless ``-E``) make ``_PyCode_New`` drop them, so that plain
     import's code, its tracebacks and ``co_positions()`` have none.  The
     rule is the configuration's own (``config_read_complex_options`` in
-    Python/initconfig.c, 3.11-3.13): reading it off a code object would need
-    ``__code__`` or a frame, which audit hooks see (``object.__getattr__``)
-    and a sandbox may refuse."""
-    if sys.version_info < (3, 11):
-        return True     # line numbers only, nothing to drop
-    if "no_debug_ranges" in sys._xoptions:
-        return False
-    return bool(sys.flags.ignore_environment or not os.environ.get("PYTHONNODEBUGRANGES"))
+    Python/initconfig.c, 3.11-3.13), applied once, at the first call (at
+    start-up in SHARE and DUMP runs, before the program can change its
+    environment): reading it off a code object would need ``__code__`` or a
+    frame, which audit hooks see (``object.__getattr__``) and a sandbox may
+    refuse.  A DUMP records what its code objects have
+    (:func:`code_debug_ranges`)."""
+    global _debug_ranges
+    if _debug_ranges is None:
+        if sys.version_info < (3, 11):
+            _debug_ranges = True     # line numbers only, nothing to drop
+        elif "no_debug_ranges" in sys._xoptions:
+            _debug_ranges = False
+        else:
+            _debug_ranges = bool(sys.flags.ignore_environment
+                                 or not os.environ.get("PYTHONNODEBUGRANGES"))
+    return _debug_ranges
+
+
+def code_debug_ranges(code):
+    """Whether ``code`` has column positions (every code object made with
+    them has some: even an empty module's RESUME is at column 0)."""
+    positions = getattr(code, "co_positions", None)
+    return positions is None or any(p[2] is not None for p in positions())
 
 
 class FormatError(Exception):

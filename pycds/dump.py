@@ -167,6 +167,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
     check_hash = _imp.check_hash_based_pycs
     searches = _search.Recorder()
     as_ran = 0
+    ranges = None       # whether the archived code has column positions
     for name, module, spec in collect(pairs):
         if skip_preloaded and _capture.preloaded(name, module):
             continue
@@ -185,6 +186,8 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
             if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
                 raise OSError("source changed during the dump")
             chunk = writer.add(code, ran=ran is not None)
+            if ranges is None:
+                ranges = F.code_debug_ranges(code)
         except Exception as e:
             skipped += 1
             if verbose >= 2:
@@ -207,6 +210,9 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
         _log.verbose(f"{as_ran} of {len(entries)} modules archived as their "
                      f"import ran them, {len(entries) - as_ran} read again", 2)
     meta = F.meta_for_this_interpreter()
+    if ranges is not None:
+        # What the code is, whatever the environment says by now.
+        meta["debug_ranges"] = ranges
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()
     meta["created"] = time.time()
@@ -215,6 +221,12 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
     heap = writer.heap()
     relocs = writer.relocs()
     with _directory_lock(path):
+        if session and not _session_is_ours(session) and _session_of(path) == session:
+            # The session's archive, of another interpreter: keep it whole.
+            if verbose:
+                _log.verbose(f"no archive written by this process: its interpreter is "
+                             f"not the one its DUMP session began with ({path})", 1)
+            return 0, skipped
         # Processes of one DUMP session (a program and the children that
         # inherit PYCDSMODE=DUMP) each write the archive at exit; each keeps
         # the modules the others wrote, so the last writer loses nothing.
@@ -250,14 +262,38 @@ def interpreter_tag():
     archive's meta block must match: pycds._format.meta_for_this_interpreter).
     A process of a DUMP session whose tag is not the session's -- a child
     run by another Python, or with another -O or -X no_debug_ranges --
-    writes nothing: its code could not share the session's archive, and
-    replacing the archive would drop what the others wrote."""
-    facts = repr(sorted(F.meta_for_this_interpreter().items()))
-    return "%016x" % F.checksum(facts.encode("utf-8", "surrogatepass"), 0)
+    does not write over an archive of its session: its code could not share
+    it, and replacing it would drop what the others wrote.  Computed once
+    (the facts as they were at start-up)."""
+    global _tag
+    if _tag is None:
+        facts = repr(sorted(F.meta_for_this_interpreter().items()))
+        _tag = "%016x" % F.checksum(facts.encode("utf-8", "surrogatepass"), 0)
+    return _tag
+
+
+_tag = None     # made once: at start-up in a DUMP run (dump_session)
 
 
 def _session_is_ours(session):
-    return not session or session.rpartition("-")[2] == interpreter_tag()
+    """Whether this process's interpreter is the one ``session`` began with
+    (an id without a tag, made by hand or by an older pycds: taken as ours)."""
+    head, dash, tag = session.rpartition("-")
+    if not dash or len(tag) != 16:
+        return True
+    return tag == interpreter_tag()
+
+
+def _session_of(path):
+    """The DUMP session that wrote the archive at ``path``, or None."""
+    try:
+        index = F.Index.open(path, check_interpreter=False)
+    except F.FormatError:
+        return None
+    try:
+        return index.meta.get("session")
+    finally:
+        index.close()
 
 
 class _directory_lock:
@@ -349,11 +385,6 @@ def dump_at_exit(config):
     t0 = time.perf_counter()
     try:
         session = dump_session()
-        if not _session_is_ours(session):
-            _log.verbose(f"no archive written by this process: its interpreter "
-                         f"({sys.version.split()[0]}, {F.meta_for_this_interpreter()}) "
-                         f"is not the one its DUMP session began with", 1)
-            return
         # What start-up imported before pycds.pth ran, a SHARE run imports
         # before its finder too: not archived.
         n, skipped = dump_modules(pairs, config.archive, config.verbose,

@@ -458,3 +458,51 @@ class TestDebugRanges:
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert r.rc == 0 and not r.warnings(), r
         assert {"mod_a", "mod_p"} <= set(r.served()) and "mod_b" not in r.served(), r
+
+    def test_the_setting_is_the_one_the_process_started_with(self, tmp_path):
+        # A program that changes PYTHONNODEBUGRANGES (for its children, say)
+        # has not changed its own code: the DUMP still writes, as what the
+        # code is; the API form records the code's setting too.
+        (tmp_path / "mod_p.py").write_text("NAME = 'p'\n")
+        img = str(tmp_path / "a.img")
+        d = run_python(["-c", "import os, mod_p; os.environ['PYTHONNODEBUGRANGES'] = '1'"],
+                       cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert d.rc == 0 and not d.warnings() and os.path.exists(img), d
+        r = run_python(["-c", "import mod_p"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert "mod_p" in r.served() and not r.warnings(), r
+        api = str(tmp_path / "api.img")
+        d = run_python(["-c", "import os, mod_p; os.environ['PYTHONNODEBUGRANGES'] = '1'; "
+                        f"import pycds; pycds._dump('', {api!r})"], cwd=tmp_path)
+        assert d.rc == 0 and not d.warnings(), d
+        r = run_python(["-c", "import mod_p"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=api, PYCDSVERBOSE=1, PYTHONNODEBUGRANGES="1")
+        assert r.served() == [] and len(r.warnings()) == 1, r
+        assert "debug_ranges True, this is False" in r.warnings()[0], r
+
+    def test_a_child_of_the_other_setting_writes_its_own_archive(self, tmp_path):
+        (tmp_path / "mod_b.py").write_text("NAME = 'b'\n")
+        own = str(tmp_path / "own.img")
+        (tmp_path / "parent.py").write_text(
+            "import os, subprocess, sys\n"
+            f"env = dict(os.environ, PYCDSARCHIVE={own!r})\n"
+            "subprocess.run([sys.executable, '-X', 'no_debug_ranges', '-c', 'import mod_b'],"
+            " env=env, check=True)\n")
+        d = run_python(["parent.py"], cwd=tmp_path, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=str(tmp_path / "s.img"))
+        assert d.rc == 0 and not d.warnings(), d
+        r = run_python(["-X", "no_debug_ranges", "-c", "import mod_b"], cwd=tmp_path,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=own, PYCDSVERBOSE=1)
+        assert "mod_b" in r.served() and not r.warnings(), r
+
+    @pytest.mark.parametrize("session", ["handmade", "0123456789abcdef"])
+    def test_a_session_id_without_a_tag_is_taken_as_ours(self, tmp_path, session):
+        (tmp_path / "mod_p.py").write_text("NAME = 'p'\n")
+        img = str(tmp_path / "a.img")
+        for _ in range(2):      # the second finds an archive of "its" session
+            d = run_python(["-c", "import mod_p"], cwd=tmp_path, PYCDSMODE="DUMP",
+                           PYCDSARCHIVE=img, PYCDS_DUMP_SESSION=session)
+            assert d.rc == 0 and not d.warnings(), d
+        r = run_python(["-c", "import mod_p"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert "mod_p" in r.served() and not r.warnings(), r
