@@ -301,7 +301,7 @@ class Index:
                                f"dump again")
                 elif meta[key] != value:
                     foreign = (f"made by another interpreter ({key} "
-                               f"{meta.get(key)!r}, this is {value!r})")
+                               f"{meta[key]!r}, this is {value!r})")
                 if foreign is not None:
                     if check_interpreter:
                         raise FormatError(foreign)

@@ -278,7 +278,7 @@ _tag = None     # made once: at start-up in a DUMP run (dump_session)
 def _session_is_ours(session):
     """Whether this process's interpreter is the one ``session`` began with
     (an id without a tag, made by hand or by an older pycds: taken as ours)."""
-    head, dash, tag = session.rpartition("-")
+    _, dash, tag = session.rpartition("-")
     if not dash or len(tag) != 16:
         return True
     return tag == interpreter_tag()
@@ -384,11 +384,10 @@ def dump_at_exit(config):
     pairs = snapshot()
     t0 = time.perf_counter()
     try:
-        session = dump_session()
         # What start-up imported before pycds.pth ran, a SHARE run imports
         # before its finder too: not archived.
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
-                                  session, skip_preloaded=True)
+                                  dump_session(), skip_preloaded=True)
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: "
                      f"{str(e) or type(e).__name__}")
