@@ -231,16 +231,18 @@ pycds_layout_tail_refcnt(void)
 
 #ifndef PYCDS_LAYOUT_HAS_RELEASE_HOOKS
 /* 3.10, 3.11: a code object may go unless a weak reference or co_extra
- * data (PEP 523) refers to it; its cached _co_code and _co_linearray (3.11),
- * owned by it, are then leaked (small).  Nothing else of the interpreter
- * refers to a code object uncounted. */
+ * data (PEP 523) refers to it.  Nothing else of the interpreter refers to
+ * a code object uncounted. */
 int
 pycds_layout_may_release(PyObject *root)
 {
     PyCodeObject *co = (PyCodeObject *)root;
     return co->co_weakreflist == NULL && co->co_extra == NULL;
 }
+#endif
 
+#ifndef PYCDS_LAYOUT_HAS_FORGET_CODE
+/* 3.10: chunks are never given back (release.c). */
 void
 pycds_layout_forget_code(PyObject *op)
 {

@@ -143,8 +143,10 @@ int pycds_layout_tail_walkable(void);
 /* Nonzero if the module code object root, which no reference count says
  * is held, may be given back (no weak reference, no tool data on it). */
 int pycds_layout_may_release(PyObject *root);
-/* Before a dead code object's memory is given back: drop what the
- * interpreter holds of it uncounted (3.13: the function version cache). */
+/* Before a dead code object's memory is given back: free what it owns
+ * outside the heap (the caches code_dealloc frees: 3.11's _co_code and
+ * _co_linearray, 3.12+'s _co_cached) and drop what the interpreter holds
+ * of it uncounted (3.13: the function version cache).  GIL held. */
 void pycds_layout_forget_code(PyObject *op);
 /* Text describing the layout facts an archive depends on. */
 int pycds_layout_describe(char *buf, size_t cap);

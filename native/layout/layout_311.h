@@ -190,6 +190,26 @@ pycds_layout_intern(PyObject **slot)
     return PYCDS_OK;
 }
 
+/* Before a dead code object's memory is given back (release.c): what
+ * code_dealloc frees besides the fields (Objects/codeobject.c, 3.11): the
+ * cached co_code attribute (_PyCode_GetCode) and the line array tracing
+ * builds (_PyCode_CreateLineArray).  _Py_QuickenedCount, which it also
+ * decrements, is private to libpython: sys._getquickenedcount() counts the
+ * quickened code objects given back as live. */
+#define PYCDS_LAYOUT_HAS_FORGET_CODE 1
+
+void
+pycds_layout_forget_code(PyObject *op)
+{
+    PyCodeObject *co = (PyCodeObject *)op;
+    Py_CLEAR(co->_co_code);
+    if (co->_co_linearray != NULL) {
+        PyMem_Free(co->_co_linearray);
+        co->_co_linearray = NULL;
+        co->_co_linearray_entry_size = 0;
+    }
+}
+
 /* ---- load-time check of what marshal would have validated --------------
  *
  * The loader's structural check (loader.c, verify_chunk) proves types and

@@ -113,8 +113,9 @@ set_refcnt(pycds_writer *w, uint64_t off)
 /* A code object may go only if nothing refers to it without a reference
  * count: a weak reference, co_extra data (PEP 523), sys.monitoring data,
  * tier-2 executors (3.13), or a code watcher, which would expect a
- * PY_CODE_EVENT_DESTROY first.  Its _co_cached, owned by it, is leaked. */
+ * PY_CODE_EVENT_DESTROY first. */
 #define PYCDS_LAYOUT_HAS_RELEASE_HOOKS 1
+#define PYCDS_LAYOUT_HAS_FORGET_CODE 1
 
 int
 pycds_layout_may_release(PyObject *root)
@@ -143,8 +144,19 @@ pycds_layout_may_release(PyObject *root)
 void
 pycds_layout_forget_code(PyObject *op)
 {
-#if PYCDS_313
     PyCodeObject *co = (PyCodeObject *)op;
+    /* The cached co_code, co_varnames, co_cellvars and co_freevars, as
+     * code_dealloc frees them (Objects/codeobject.c, 3.12 and 3.13). */
+    _PyCoCached *cached = co->_co_cached;
+    if (cached != NULL) {
+        co->_co_cached = NULL;
+        Py_XDECREF(cached->_co_code);
+        Py_XDECREF(cached->_co_cellvars);
+        Py_XDECREF(cached->_co_freevars);
+        Py_XDECREF(cached->_co_varnames);
+        PyMem_Free(cached);
+    }
+#if PYCDS_313
     struct _func_version_cache_item *slot =
         PyInterpreterState_Get()->func_state.func_version_cache
         + (co->co_version % FUNC_VERSION_CACHE_SIZE);
@@ -152,8 +164,6 @@ pycds_layout_forget_code(PyObject *op)
         slot->code = NULL;
         slot->func = NULL;
     }
-#else
-    (void)op;
 #endif
 }
 

@@ -206,6 +206,42 @@ def test_a_failed_body_and_its_traceback(app):
     assert "fails" in share.served()
 
 
+CACHES = '''"""Reads attributes CPython caches on a code object, as dis, a
+debugger or a pickler would."""
+import sys
+CO_CODE = sys._getframe().f_code.co_code
+def _gone(a, b):
+    return a + b
+VARNAMES = _gone.__code__.co_varnames
+GONE_CODE = _gone.__code__.co_code
+del _gone
+''' + FILLER
+
+
+@pytest.mark.skipif(not RELEASES, reason="3.10 chunks are kept whole")
+def test_caches_of_given_back_code_objects_are_freed(app):
+    """A code object given back frees what code_dealloc frees: the cached
+    co_code (3.11+) and co_varnames (3.12+) are then held only by the
+    program, as with plain import (they leaked before)."""
+    (app / "caches.py").write_text(CACHES)
+    (app / "use5.py").write_text(textwrap.dedent('''\
+        import sys, caches, pycds
+        pycds.stats()       # gives back what the body left dead
+        print([sys.getrefcount(getattr(caches, n))
+               for n in ("CO_CODE", "VARNAMES", "GONE_CODE")])
+        '''))
+    # Installed a while ago: the dump archives the code its import ran,
+    # which tells it that _gone does not outlive the body (as in
+    # test_functions_the_module_drops_are_given_back).
+    installed(app / "caches.py")
+    settle(app)
+    plain, dump, share = dump_and_share(["use5.py"], app, str(app / "a.img"))
+    assert plain.rc == 0 and dump.rc == 0, (plain, dump)
+    assert "caches" in share.served(), share
+    assert share.rc == 0 and share.out == plain.out, (plain, share)
+    assert plain.out.strip() == "[2, 2, 2]", plain
+
+
 def test_reload_after_release(app):
     (app / "use4.py").write_text(textwrap.dedent('''\
         import importlib, relmod
