@@ -1,14 +1,26 @@
-"""Messages on stderr: warnings always, verbose lines gated by PYCDSVERBOSE.
+"""Messages on stderr: warnings once per process tree, verbose lines gated by
+PYCDSVERBOSE.
 
 Format: ``[pycds] served <module>``, ``[pycds] fallback <module>: <reason>``,
-``[pycds] warning: <text>``.  Imports only builtins (it runs at start-up).
+``[pycds] warning: <text>``.  Imports only builtins and os (it runs at
+start-up).
 """
 
+import _imp
+import os
 import sys
 
 # Set at start-up (pycds._start) from the configuration, and only imported then
 # when PYCDSVERBOSE is set or a setting is bad; 0 = quiet, 1 = per module, 2 = detail.
 level = 0
+
+# Digests of the warnings this process and its parents printed (set by
+# pycds, inherited by child processes: multiprocessing workers, subprocesses).
+WARNED_VAR = "PYCDS_WARNED"
+# Digests kept: a process tree prints few distinct warnings; the variable
+# stays small whatever happens.
+WARNED_KEEP = 32
+_DIGEST_KEY = 0x7079636473       # "pycds"
 
 
 def verbose(msg, at=1):
@@ -18,8 +30,28 @@ def verbose(msg, at=1):
 
 
 def warning(msg):
-    """Print ``[pycds] warning: msg`` on stderr, whatever the verbosity."""
+    """Print ``[pycds] warning: msg`` on stderr, whatever the verbosity, once
+    per process tree: a child process that inherited the same setting or
+    archive (a spawn pool's eight workers refusing a stale archive, say)
+    does not repeat what its parent said.  With PYCDSVERBOSE set, a repeat
+    is a verbose line.  Never raises."""
+    key = _digest(msg)
+    try:
+        seen = os.environ.get(WARNED_VAR, "").split()
+        if key in seen:
+            verbose("warning already given in this process tree: " + msg, 1)
+            return
+        os.environ[WARNED_VAR] = " ".join((seen + [key])[-WARNED_KEEP:])
+    except Exception:
+        pass
     _emit("[pycds] warning: " + msg)
+
+
+def _digest(msg):
+    """A stable digest of the message, 16 hex digits: importlib's keyed
+    SipHash (``_imp.source_hash``, PEP 552), unlike hash() the same in
+    every process."""
+    return _imp.source_hash(_DIGEST_KEY, msg.encode("utf-8", "surrogatepass")).hex()
 
 
 def _emit(line):

@@ -317,6 +317,44 @@ class TestProcessModels:
         # modules the children alone imported are in the archive too
         assert s.served().count("statistics") == 2, s
 
+    @pytest.mark.parametrize("method", ["spawn", "forkserver"])
+    def test_a_refused_archive_is_one_warning_for_the_process_tree(self, procs, method):
+        """Workers inherit the archive their parent refused: they import
+        plainly and say nothing more (pycds._log, PYCDS_WARNED)."""
+        img = str(procs / f"refused-{method}.img")
+        args = ["procs.py", method, "parent-too"]
+        plain = run_python(args, cwd=procs)
+        run_python(args, cwd=procs, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        with open(img, "r+b") as f:
+            f.truncate(os.path.getsize(img) // 2)
+        r = run_python(args, cwd=procs, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.rc == 0 and r.out.split()[:2] == plain.out.split()[:2], r
+        assert len(r.warnings()) == 1 and img in r.warnings()[0], r
+        # a bad setting too; with PYCDSVERBOSE the repeats are verbose lines
+        r = run_python(args, cwd=procs, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSCHECK="sometimes", PYCDSVERBOSE=1)
+        assert r.rc == 0 and len(r.warnings()) == 2, r
+        assert "warning already given in this process tree" in r.err, r
+
+    def test_a_child_with_another_archive_still_warns(self, tmp_path):
+        """A subprocess (its stderr ours) refusing its parent's archive says
+        nothing; one refusing an archive of its own says so."""
+        (tmp_path / "junk.img").write_bytes(b"not an archive" * 100)
+        (tmp_path / "other.img").write_bytes(b"another bad archive" * 100)
+        (tmp_path / "parent.py").write_text(textwrap.dedent(f"""\
+            import os, subprocess, sys
+            import json
+            subprocess.run([sys.executable, "-c", "import json; print('same')"])
+            env = dict(os.environ, PYCDSARCHIVE={str(tmp_path / "other.img")!r})
+            subprocess.run([sys.executable, "-c", "import json; print('other')"], env=env)
+            """))
+        r = run_python(["parent.py"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(tmp_path / "junk.img"))
+        assert r.rc == 0 and r.out.split() == ["same", "other"], r
+        warned = r.warnings()
+        assert len(warned) == 2, r
+        assert "junk.img" in warned[0] and "other.img" in warned[1], r
+
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
