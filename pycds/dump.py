@@ -55,16 +55,6 @@ def _spec_of(name, module):
     return spec
 
 
-def _source_loader_class():
-    # The share-mode loader subclasses SourceFileLoader; a DUMP run in a
-    # process that also shares must archive those modules too.  Without
-    # pycds.finder imported there is no such loader (and no need to import
-    # it at exit).
-    finder = sys.modules.get("pycds.finder")
-    loader = getattr(finder, "ArchiveLoader", None)
-    return (SourceFileLoader, loader) if loader is not None else (SourceFileLoader,)
-
-
 def _pyc_facts(cached):
     """(kind, os.stat_result or None, first 16 bytes) of the .pyc plain
     import reads, if any."""
@@ -132,13 +122,13 @@ def _is_hook_module(name):
 def collect(pairs):
     """Yield ``(name, module, spec)`` for the archivable modules among
     ``pairs``."""
-    loaders = _source_loader_class()
     seen = set()
     for name, module in pairs:
         if name == "__main__" or name in seen or _is_hook_module(name):
             continue
         spec = _spec_of(name, module)
-        if spec is None or type(spec.loader) not in loaders:
+        # (Modules a SHARE run served have the stock loader too: pycds.finder.)
+        if spec is None or type(spec.loader) is not SourceFileLoader:
             continue
         if not spec.has_location or not spec.origin:
             continue

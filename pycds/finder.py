@@ -8,11 +8,12 @@ directories unchanged since the dump run are not read again:
 pycds._search), and serves the archived code only when that is the archived
 file, loaded by the stock ``SourceFileLoader``, and unchanged since the
 dump.  The spec it
-returns is PathFinder's own, with the loader swapped for an
-:class:`ArchiveLoader`: a ``SourceFileLoader`` whose ``get_code`` returns the
-archived code object.  Everything else about the module (``__file__``,
-``__cached__``, ``__spec__``, ``get_source``, ``get_data``, resource readers)
-is exactly plain import's.
+returns is PathFinder's own, loader included: the stock ``SourceFileLoader``,
+whose ``get_code`` is, until the module's code is handed out, an
+:class:`ArchivedCode` in the instance's dict that returns the archived code
+object.  Everything else about the module (``__file__``, ``__cached__``,
+``__spec__``, the loader's type, ``get_source``, ``get_data``, resource
+readers) is exactly plain import's.
 
 Anything unexpected means one warning and plain import; the finder never
 raises into the import system.  Imports only builtins and importlib (already
@@ -30,7 +31,8 @@ from _frozen_importlib_external import PathFinder, SourceFileLoader
 
 from . import _format as F
 
-__all__ = ["CDSFinder", "ArchiveLoader", "install", "uninstall", "stats"]
+__all__ = ["CDSFinder", "ArchivedCode", "served_loader", "install", "uninstall",
+           "stats"]
 
 _stats = {
     "served": 0,
@@ -277,45 +279,80 @@ class _ChunkRef:
         self.chunk_len = chunk_len
 
 
-class ArchiveLoader(SourceFileLoader):
-    """``SourceFileLoader`` whose code comes from the archive.
+class ArchivedCode:
+    """The ``get_code`` of a served module's loader, until the module's code
+    is handed out.
 
-    Everything but ``get_code`` is the stock loader's, so ``get_source``,
-    ``get_data``, ``get_filename``, ``is_package``, ``get_resource_reader``
-    and ``exec_module`` behave as with plain import.  If the archived code
-    cannot be loaded, ``get_code`` falls back to the stock one.
-    """
+    The loader of a served module is the stock ``SourceFileLoader`` that
+    plain import would use -- its type, repr, equality and pickling are
+    plain import's (code that looks loaders up by exact type, as CPython's
+    own test_import does, sees no difference) -- with this object in its
+    instance dict under ``get_code``, where attribute lookup finds it before
+    the class's method.  importlib's ``exec_module`` calls it
+    (``_LoaderBasics.exec_module``, importlib/_bootstrap_external.py,
+    3.10-3.13); it takes itself out of the loader on that first call and
+    returns the archived code object, so from then on the loader is exactly
+    a plain one (a later ``get_code`` reads the ``.pyc``, as with plain
+    import).  If the archived code cannot be loaded, the stock ``get_code``
+    runs.  Copied or pickled (a spec deep-copied before its module ran), it
+    becomes the stock ``get_code`` of a plain loader for the same file: the
+    archive belongs to this process."""
 
-    def __init__(self, fullname, path, entry=None, archive=None):
-        super().__init__(fullname, path)
-        self._pycds_entry = entry
-        self._pycds_archive = archive
+    __slots__ = ("loader", "entry", "archive")
+
+    def __init__(self, loader, entry, archive):
+        self.loader = loader
+        self.entry = entry
+        self.archive = archive
 
     def __reduce__(self):
-        # Copies and pickles (copy.deepcopy(module.__spec__), say) are plain
-        # SourceFileLoaders: the archive handle belongs to this process.
-        return (SourceFileLoader, (self.name, self.path))
+        loader = self.loader
+        return (_stock_get_code, (loader.name, loader.path))
 
-    # Start of importlib.abc.InspectLoader interface
+    # Two specs found for one module compare equal, as plain import's do
+    # (FileLoader.__eq__ compares the loaders' dicts).  Not by the loaders
+    # themselves: their dicts hold these.
+    def __eq__(self, other):
+        if not isinstance(other, ArchivedCode):
+            return NotImplemented
+        return (self.archive is other.archive and self.entry.number == other.entry.number
+                and self.loader.name == other.loader.name
+                and self.loader.path == other.loader.path)
 
-    def get_code(self, fullname):
-        entry = self._pycds_entry
-        if entry is not None and fullname == self.name:
-            archive = self._pycds_archive
-            code = archive.load_code(entry)
+    def __hash__(self):
+        return hash((self.entry.number, self.loader.name))
+
+    def __call__(self, fullname):
+        loader = self.loader
+        if fullname == loader.name:
+            # Plain from now on (and the loader -> self cycle is gone).
+            if vars(loader).get("get_code") is self:
+                del loader.get_code
+            archive = self.archive
+            code = archive.load_code(self.entry)
             if code is not None:
                 if archive.release_mode:
                     # importlib runs exec_module with the module in
                     # sys.modules; its spec says when the body is done.
                     module = sys.modules.get(fullname)
-                    archive.ran.append((entry, getattr(module, "__spec__", None)))
+                    archive.ran.append((self.entry, getattr(module, "__spec__", None)))
                 _stats["served"] += 1
                 if _verbose:
                     _say(f"served {fullname}", 1)
                 return code
-        return super().get_code(fullname)
+        return SourceFileLoader.get_code(loader, fullname)
 
-    # End of importlib.abc.InspectLoader interface
+
+def _stock_get_code(name, path):
+    """The stock get_code of a plain loader for ``path`` (what a copied or
+    unpickled :class:`ArchivedCode` becomes)."""
+    return SourceFileLoader(name, path).get_code
+
+
+def served_loader(loader):
+    """Whether ``loader`` will hand out archived code (its module has not run
+    yet): it has an :class:`ArchivedCode` as ``get_code``."""
+    return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
 
 def _first_search(*args):
@@ -374,9 +411,9 @@ class CDSFinder:
                 # listing replayed from the dump may be out of date.
                 spec = PathFinder.find_spec(fullname, path, target)
             return spec
-        spec.loader = ArchiveLoader(fullname, spec.origin,
-                                    _ChunkRef(fullname, entry.number, entry.chunk_len),
-                                    archive)
+        loader = spec.loader
+        loader.get_code = ArchivedCode(
+            loader, _ChunkRef(fullname, entry.number, entry.chunk_len), archive)
         return spec
 
     def invalidate_caches(self):

@@ -3,6 +3,7 @@ and the share run must really serve the modules from the archive."""
 
 import os
 import sys
+import textwrap
 import time
 import types
 
@@ -54,6 +55,41 @@ class TestRoundTrip:
             s = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="SHARE",
                            PYCDSARCHIVE=img, PYCDSVERBOSE=1)
             assert s.rc == rc and "m" in s.served(), s
+
+
+    def test_the_loader_is_plain_imports(self, tmp_path):
+        """Exact type, repr, equality and pickling, before and after the
+        module ran (CPython's test_import looks loaders up by exact type)."""
+        (tmp_path / "m.py").write_text("X = 1\n")
+        (tmp_path / "use.py").write_text(textwrap.dedent('''\
+            import copy, importlib.util, pickle, sys
+            from importlib.machinery import SourceFileLoader
+            spec = importlib.util.find_spec("m")
+            print(type(spec.loader) is SourceFileLoader, repr(spec.loader).split(" at ")[0])
+            again = importlib.util.find_spec("m")
+            print(again == spec, again.loader == spec.loader, len({again.loader, spec.loader}))
+            early = copy.deepcopy(spec)
+            print(type(early.loader).__name__, early.loader.get_code("m").co_filename == spec.origin)
+            print(pickle.loads(pickle.dumps(spec.loader)).get_code("m").co_names)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["m"] = mod
+            spec.loader.exec_module(mod)
+            fresh = SourceFileLoader("m", spec.origin)
+            print(mod.X, spec.loader == fresh, vars(spec.loader) == vars(fresh))
+            print({SourceFileLoader: "pure Python"}[type(mod.__loader__)])
+            print(pickle.loads(pickle.dumps(mod.__spec__)) == mod.__spec__,
+                  copy.deepcopy(mod.__spec__) == mod.__spec__)
+            print(mod.__loader__.get_code("m").co_names)
+            '''))
+        img = str(tmp_path / "a.img")
+        run_python(["use.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        plain = run_python(["use.py"], cwd=tmp_path)
+        r = run_python(["use.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert plain.rc == 0 and plain.out.splitlines()[0] == (
+            "True <_frozen_importlib_external.SourceFileLoader object"), plain
+        assert r.rc == 0 and r.out == plain.out, (plain, r)
+        assert "m" in r.served() and not r.warnings(), r
 
 
 class TestStaleSources:
@@ -225,7 +261,7 @@ class TestModes:
         assert "json" in r.served(), r
 
     def test_api_dump_in_a_share_run_archives_served_modules(self, tmp_path):
-        """Modules served from an archive (loader: ArchiveLoader) are archived
+        """Modules served from an archive (pycds.finder.ArchivedCode) are archived
         by a dump in the same process like the others."""
         lst = tmp_path / "mods.lst"
         lst.write_text("json\n")

@@ -1,7 +1,8 @@
-"""CDSFinder and ArchiveLoader in-process (import state saved and restored)."""
+"""CDSFinder and ArchivedCode in-process (import state saved and restored)."""
 
 import importlib
 import sys
+from importlib.machinery import SourceFileLoader
 
 import pytest
 
@@ -34,7 +35,8 @@ class TestCDSFinder:
         f = make_finder(img)
         with import_state(path=[str(root)] + sys.path), uncache("fpkg", "fmod"):
             spec = f.find_spec("fmod")
-            assert isinstance(spec.loader, finder.ArchiveLoader)
+            assert finder.served_loader(spec.loader)
+            assert type(spec.loader) is SourceFileLoader
             assert spec.origin == str(root / "fmod.py") and spec.cached
             sys.meta_path.insert(0, f)
             mod = importlib.import_module("fmod")
@@ -42,7 +44,10 @@ class TestCDSFinder:
             pkg = importlib.import_module("fpkg.sub")
             assert pkg.double(4) == 8
             assert sys.modules["fpkg"].__path__ == [str(root / "fpkg")]
-            assert isinstance(sys.modules["fpkg"].__loader__, finder.ArchiveLoader)
+            # once the code is handed out the loader is a plain one
+            loader = sys.modules["fpkg"].__loader__
+            assert type(loader) is SourceFileLoader and "get_code" not in vars(loader)
+            assert loader == SourceFileLoader("fpkg", sys.modules["fpkg"].__file__)
 
     def test_miss_returns_none(self, archived_pkg):
         _, img = archived_pkg
@@ -60,9 +65,9 @@ class TestCDSFinder:
         (root / "fmod.py").write_text("VALUE = 'edited'\n")
         with import_state(path=[str(root)] + sys.path), uncache("fmod"):
             spec = make_finder(img).find_spec("fmod")
-            assert type(spec.loader) is not finder.ArchiveLoader    # mtime: stale
+            assert not finder.served_loader(spec.loader)    # mtime: stale
             spec = make_finder(img, "unchecked").find_spec("fmod")
-            assert isinstance(spec.loader, finder.ArchiveLoader)
+            assert finder.served_loader(spec.loader)
 
     def test_damaged_index_disables_without_raising(self, archived_pkg):
         root, img = archived_pkg
@@ -76,7 +81,7 @@ class TestCDSFinder:
         with import_state(path=[str(root)] + sys.path), uncache("fpkg", "fmod"):
             results = [f.find_spec(n) for n in ("fmod", "fpkg")]
         assert f.archive.disabled
-        assert all(s is None or type(s.loader) is not finder.ArchiveLoader for s in results)
+        assert all(s is None or not finder.served_loader(s.loader) for s in results)
 
 
 class TestInstall:
@@ -133,7 +138,7 @@ def test_served_modules_leave_little_behind(tmp_path):
     numpy, flask and boto3, for the life of the process).  Counted by
     tracemalloc (on from start-up) as the growth of what pycds's own lines
     allocated over 60 modules; plain import's loaders are about the size of
-    the ArchiveLoaders counted here."""
+    the loaders counted here."""
     pkg = tmp_path / "kpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
