@@ -10,6 +10,10 @@ second read and unmarshal of every ``.pyc``, and says which of the module's
 functions outlived its import: their code objects are held by more than the
 ``co_consts`` tuple (native/writer.c, ``predicted_dead``).
 
+Code that ran while the program had replaced part of the stock loader
+(``pycds._format.loader_patched``: an import hook rewriting code in
+``source_to_code``) is not what the stock loader makes: it is not kept.
+
 The hook calls nothing that raises an audit event of its own (no frame
 introspection: ``sys._getframe`` and ``frame.f_code`` do), and never raises.
 So it cannot tell which loader ran a code object: a file whose module code
@@ -35,6 +39,8 @@ import sys
 from _weakref import ref
 from os import stat
 from time import time_ns
+
+from ._format import loader_patched
 
 __all__ = ["install", "active", "preloaded", "stop", "ran", "stat_key",
            "SETTLED_NS"]
@@ -68,6 +74,8 @@ def _hook(event, args):
                 _ran[path] = _AMBIGUOUS
             return
         _ran[path] = _AMBIGUOUS        # until this capture is complete
+        if loader_patched():
+            return                     # not the stock loader's code
         when = time_ns()
         st = stat(path)
         _ran[path] = (code, stat_key(st), when)

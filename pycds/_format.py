@@ -6,7 +6,7 @@ little-endian.  Sections, in file order::
     header | meta | bucket table | module entries | chunk table | heap | relocations
 
 The reading side runs at start-up, so this module imports only builtins
-(``_imp``, ``marshal``, ``os``, ``sys``) and reads with ``os.pread``: opening an
+(``_imp``, ``marshal``, ``os``, ``sys``, importlib's own modules) and reads with ``os.pread``: opening an
 archive reads the header, the meta block and the bucket table, nothing else;
 a lookup reads one entry.  Every part is checked before use: the header with
 a fixed-key hash, the rest with hashes keyed by the archive's random id, so a
@@ -17,12 +17,13 @@ on 3.10, so an archive is only ever verified by its own minor version); the heap
 module, in C, with XXH64.
 """
 
+import _frozen_importlib_external as _bootstrap_external
 import _imp
 import marshal
 import os
 import sys
 
-from _frozen_importlib_external import _RAW_MAGIC_NUMBER
+from _frozen_importlib_external import _RAW_MAGIC_NUMBER, SourceFileLoader
 
 MAGIC = b"PYCDS\x00ar"
 FORMAT_VERSION = 4
@@ -93,6 +94,31 @@ def pyc_source_checked(checked):
     importlib/_bootstrap_external.py, 3.10-3.13)."""
     policy = _imp.check_hash_based_pycs
     return policy == "always" or (policy == "default" and bool(checked))
+
+
+def _loader_parts():
+    # What SourceLoader.get_code (importlib/_bootstrap_external.py,
+    # 3.10-3.13) makes a module's code with, as a program may replace them:
+    # the methods it calls on the loader, the function that unmarshals a
+    # .pyc.  (Module-level helpers it calls besides are internal details no
+    # import hook replaces.)
+    cls = SourceFileLoader
+    return (cls.get_code, cls.source_to_code, cls.get_data, cls.path_stats,
+            _bootstrap_external._compile_bytecode)
+
+
+# As they were when pycds started (this module is imported from the .pth
+# line, before the program runs; by pycds._dump when called).
+_STOCK_LOADER = _loader_parts()
+
+
+def loader_patched():
+    """Whether the program has replaced a part of the stock
+    ``SourceFileLoader`` that plain import's ``get_code`` uses (a
+    ``source_to_code`` that rewrites code, say): code made or archived then
+    is not what the stock loader makes, so pycds neither archives nor serves
+    it."""
+    return _loader_parts() != _STOCK_LOADER
 
 
 def name_hash(name):

@@ -170,6 +170,9 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
             pyc_mtime = pyc_st.st_mtime_ns if pyc_st is not None else 0
             pyc_size = pyc_st.st_size if pyc_st is not None else 0
             ran = _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head)
+            if ran is None and F.loader_patched():
+                # What the stock loader would make cannot be had now.
+                raise ImportError("SourceFileLoader is patched: not read again")
             code = ran if ran is not None else \
                 SourceFileLoader(name, origin).get_code(name)
             st2 = os.stat(origin)

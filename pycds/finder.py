@@ -328,6 +328,10 @@ class ArchivedCode:
             # Plain from now on (and the loader -> self cycle is gone).
             if vars(loader).get("get_code") is self:
                 del loader.get_code
+            if F.loader_patched():
+                # Plain import runs the program's replacement: so does this.
+                _fallback(fullname, "SourceFileLoader is patched")
+                return SourceFileLoader.get_code(loader, fullname)
             archive = self.archive
             code = archive.load_code(self.entry)
             if code is not None:
