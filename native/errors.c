@@ -1,13 +1,53 @@
 /* errors.c -- status-code names and the detail message of the last failure.
  *
- * The detail buffer is thread-local: cffi calls may come from any thread.
+ * The detail buffer is per thread: cffi calls may come from any thread.  It
+ * is a POSIX thread-specific value made on a thread's first failure, not a
+ * _Thread_local: in a dlopen'd module glibc allocates a thread's block of
+ * _Thread_local storage on its first use, and aborts the process (exit 127,
+ * "cannot allocate memory for thread-local data") when that allocation
+ * fails.  The read-ahead thread's first failure is typically out of memory.
+ * Without memory for the buffer, the detail is lost; the status code is
+ * not.
  */
 #include "pycds_internal.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
-static _Thread_local char last_error[512];
+#define DETAIL_SIZE 512
+
+static pthread_once_t detail_once = PTHREAD_ONCE_INIT;
+static pthread_key_t detail_key;
+static int detail_key_made;
+
+static void
+make_detail_key(void)
+{
+    detail_key_made = pthread_key_create(&detail_key, free) == 0;
+}
+
+/* The calling thread's buffer, made now if need be; NULL without memory. */
+static char *
+detail_buffer(void)
+{
+    if (pthread_once(&detail_once, make_detail_key) != 0 || !detail_key_made) {
+        return NULL;
+    }
+    char *buf = pthread_getspecific(detail_key);
+    if (buf == NULL) {
+        buf = malloc(DETAIL_SIZE);
+        if (buf == NULL) {
+            return NULL;
+        }
+        if (pthread_setspecific(detail_key, buf) != 0) {
+            free(buf);
+            return NULL;
+        }
+    }
+    return buf;
+}
 
 const char *
 pycds_strerror(int code)
@@ -31,7 +71,11 @@ pycds_strerror(int code)
 const char *
 pycds_last_error(void)
 {
-    return last_error;
+    if (pthread_once(&detail_once, make_detail_key) != 0 || !detail_key_made) {
+        return "(no detail)";
+    }
+    const char *buf = pthread_getspecific(detail_key);
+    return buf != NULL ? buf : "(no detail)";
 }
 
 const char *
@@ -43,10 +87,13 @@ pycds_build_version(void)
 int
 pycds_fail(int code, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
-    va_end(ap);
+    char *buf = detail_buffer();
+    if (buf != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, DETAIL_SIZE, fmt, ap);
+        va_end(ap);
+    }
     return code;
 }
 

@@ -38,6 +38,8 @@
 
 #define IDLE_MS 200
 #define RAMP_MIN (256u << 10)
+/* Stack of the read-ahead thread, bytes. */
+#define PREFETCH_STACK ((size_t)256 << 10)
 
 /* ---- the pool of fix-up records (archive.h) ---------------------------- */
 
@@ -292,7 +294,17 @@ start_locked(pycds_archive *a)
         a->pf_window = 0;
         return;
     }
-    int rc = pthread_create(&a->pf_thread, NULL, prefetch_main, a);
+    /* A small stack: the thread's work is loops over buffers (no
+     * recursion), and its address space counts against RLIMIT_AS, which
+     * a default 8 MiB stack ate into (a program near its limit then failed
+     * where plain Python ran). */
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        (void)pthread_attr_setstacksize(&attr, PREFETCH_STACK);  /* else the default */
+        rc = pthread_create(&a->pf_thread, &attr, prefetch_main, a);
+        (void)pthread_attr_destroy(&attr);
+    }
     (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         a->pf_window = 0;     /* no thread to be had: load everything inline */

@@ -65,7 +65,7 @@ typedef struct pycds_archive pycds_archive;
 #define PYCDS_RELEASE_ON 1
 #define PYCDS_RELEASE_PROTECT 2
 
-/* Errors.  Both return static or thread-local storage: do not free. */
+/* Errors.  Both return static or per-thread storage: do not free. */
 const char *pycds_strerror(int code);
 const char *pycds_last_error(void);
 

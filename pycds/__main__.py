@@ -103,7 +103,11 @@ def _share_refusal(path):
 
 def cmd_dump(args):
     from . import _dump
-    n = _dump(args.list, args.archive)
+    try:
+        n = _dump(args.list, args.archive)
+    except (OSError, ValueError) as e:    # the list unreadable, the archive unwritable
+        print(f"pycds: {e}", file=sys.stderr)
+        return 2
     print(f"archived {n} modules to {args.archive}")
     return 0
 

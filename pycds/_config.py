@@ -127,9 +127,12 @@ def from_environ(environ=None, flags=None):
 
 def _absolute(path):
     try:
-        return os.path.abspath(path) if path else path
+        absolute = os.path.abspath(path) if path else path
     except OSError:      # the working directory was removed
         return path
+    # "app.img/" names a directory, as open() takes it: abspath would make it
+    # the file app.img.
+    return absolute + os.sep if path.endswith(os.sep) and absolute != os.sep else absolute
 
 
 # ---- the default archive path --------------------------------------------

@@ -222,7 +222,9 @@ class Header:
                             (h.reloc_off, h.reloc_count * 4)):
             if off < HEADER_SIZE or off + length > file_len:
                 raise FormatError("section outside the file")
-        if h.nbuckets & (h.nbuckets - 1) or h.nbuckets < h.nmodules:
+        # (The writer makes at least 8 and twice the modules: a lookup
+        # always ends at an empty bucket.)
+        if h.nbuckets < 1 or h.nbuckets & (h.nbuckets - 1) or h.nbuckets < h.nmodules:
             raise FormatError("bad bucket table size")
         return h
 
@@ -350,7 +352,10 @@ class Index:
         tag = h >> 32
         b = self._buckets
         i = h & self._mask
-        while True:
+        # At most every bucket once: a table without an empty bucket (a
+        # crafted one: the writer leaves half of them empty) must not
+        # loop for ever.
+        for _ in range(self.header.nbuckets):
             at = i * 8
             off = int.from_bytes(b[at + 4:at + 8], "little")
             if off == EMPTY:
@@ -363,6 +368,7 @@ class Index:
                 if entry.name == name:
                     return entry
             i = (i + 1) & self._mask
+        return None
 
     def _read_entry(self, off):
         h = self.header
@@ -460,16 +466,27 @@ def _S_ISREG(mode):
 
 
 def _check_directory(path):
-    """Refuse an archive in a directory anyone may replace it in: writable
-    by others without the sticky bit (as /tmp has)."""
-    d = os.path.dirname(os.path.abspath(path))
-    try:
-        mode = os.stat(d).st_mode
-    except OSError as e:
-        raise FormatError(f"cannot stat its directory ({e.strerror})") from None
-    if mode & 0o002 and not mode & 0o1000:
-        raise FormatError(f"its directory {d} is writable by others "
-                          f"(mode {mode & 0o7777:o}, no sticky bit)")
+    """Refuse an archive that anyone could replace: one in a directory, or
+    under one, writable by others without the sticky bit (as /tmp has), by
+    the path as given and by the path its symbolic links lead to (as ssh's
+    StrictModes walks a key's directories)."""
+    given = os.path.abspath(path)
+    real = os.path.realpath(given)
+    for start in (given, real) if real != given else (given,):
+        d = os.path.dirname(start)
+        while True:
+            try:
+                mode = os.stat(d).st_mode
+            except OSError as e:
+                raise FormatError(f"cannot stat its directory {d} "
+                                  f"({e.strerror})") from None
+            if mode & 0o002 and not mode & 0o1000:
+                raise FormatError(f"its directory {d} is writable by others "
+                                  f"(mode {mode & 0o7777:o}, no sticky bit)")
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
 
 
 def _check_owner(st):

@@ -21,8 +21,10 @@ replaced by the next dump.  The two syncs (file, directory) cost 2 to 12 ms
 here, most of the extra time of a DUMP run of a small program.
 """
 
+import errno
 import marshal
 import os
+import stat
 import sys
 import time
 
@@ -132,7 +134,9 @@ def write_atomic(path, chunks, length=None):
     """Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
     content of ``path``, atomically; ``length``: the file's size in bytes
     (zeros after the last chunk: an archive without modules ends in an
-    empty heap).  Raises OSError on failure, leaving ``path`` as it was."""
+    empty heap).  Raises OSError on failure, leaving ``path`` as it was,
+    and when ``path`` is there but not a regular file (check_replaceable)."""
+    check_replaceable(path)
     path = os.path.abspath(path)
     d, base = os.path.split(path)
     os.makedirs(d, exist_ok=True)
@@ -184,6 +188,24 @@ def write_atomic(path, chunks, length=None):
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def check_replaceable(path):
+    """Raise OSError unless ``path`` is absent or a regular file.  A new file
+    renamed over it would replace whatever is there: ``/dev/null`` (as root),
+    a FIFO, a symbolic link (not the file it names); and a path ending in a
+    separator names a directory, as ``open()`` takes it."""
+    if path.endswith(os.sep):
+        raise IsADirectoryError(errno.EISDIR, "the path names a directory", path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else
+                "a directory" if stat.S_ISDIR(st.st_mode) else
+                "a device, FIFO or socket")
+        raise OSError(f"{path} is {kind}, not a regular file: left as it is")
 
 
 def _sweep_stale(d, base):

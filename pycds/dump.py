@@ -42,15 +42,27 @@ def snapshot():
     """The ``(name, module)`` pairs of ``sys.modules`` now, in the order their
     imports started (pycds._import_order: the order a SHARE run asks for
     them)."""
-    return _import_order.in_start_order(list(sys.modules.items()))
+    # (A key that is not a str -- a program may put anything there -- names
+    # no importable module.)
+    return _import_order.in_start_order(
+        [(name, m) for name, m in list(sys.modules.items()) if type(name) is str])
+
+
+# The namespace of a module, read without running the module's class: a
+# lazily loaded module (importlib.util.LazyLoader) runs its body on the first
+# attribute it is asked for, and a dump at exit must not run it.
+_ModuleType = type(sys)       # types.ModuleType, without importing types
+_MODULE_DICT = _ModuleType.__dict__["__dict__"]
 
 
 def _spec_of(name, module):
+    if type(name) is not str or not issubclass(type(module), _ModuleType):
+        return None
     try:
-        spec = module.__dict__.get("__spec__")
+        spec = _MODULE_DICT.__get__(module).get("__spec__")
     except Exception:
         return None
-    if not isinstance(spec, ModuleSpec) or spec.name != name:
+    if not issubclass(type(spec), ModuleSpec) or spec.name != name:
         return None
     return spec
 
@@ -124,7 +136,8 @@ def collect(pairs):
     ``pairs``."""
     seen = set()
     for name, module in pairs:
-        if name == "__main__" or name in seen or _is_hook_module(name):
+        if type(name) is not str or name == "__main__" or name in seen \
+                or _is_hook_module(name):
             continue
         spec = _spec_of(name, module)
         # (Modules a SHARE run served have the stock loader too: pycds.finder.)
@@ -289,9 +302,18 @@ def _session_of(path):
         index.close()
 
 
+# Seconds a writer waits for the archive's directory lock before giving up
+# (OSError: no archive written).  Writers hold it for one archive write (tens
+# of ms); a lock that outlasts this is not a writer's: the program, or the
+# parent it inherited the descriptor from (`flock DIR cmd`), locked the
+# directory, and a blocking wait would hang the program's exit for good.
+LOCK_WAIT_S = 20.0
+
+
 class _directory_lock:
     """flock() on the archive's directory: writers of one directory take
-    turns between reading the old archive and renaming the new one."""
+    turns between reading the old archive and renaming the new one.
+    Raises OSError when the lock stays taken for LOCK_WAIT_S."""
 
     def __init__(self, path):
         self.dir = os.path.dirname(os.path.abspath(path))
@@ -302,10 +324,25 @@ class _directory_lock:
         os.makedirs(self.dir, exist_ok=True)
         try:
             self.fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
         except OSError:
-            pass      # no locking here (say, a file system without flock)
-        return self
+            return self   # no locking here (say, a directory we may not read)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self.fd)
+                    self.fd = -1
+                    raise OSError(f"its directory {self.dir} stayed locked (flock) "
+                                  f"for {LOCK_WAIT_S:.0f} s by another process "
+                                  "or descriptor") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+            except OSError:
+                return self   # no flock here (a file system without it)
 
     def __exit__(self, *exc):
         if self.fd >= 0:

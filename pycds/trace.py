@@ -47,7 +47,9 @@ def _session_names(path, session):
 def write_list(path, names, session):
     """Write ``names`` to ``path``, one a line, via a temporary file, after
     the names an earlier process of ``session`` wrote there."""
+    from ._writer import check_replaceable
     from .dump import _directory_lock
+    check_replaceable(path)
     path = os.path.abspath(path)
     with _directory_lock(path):
         old = _session_names(path, session)

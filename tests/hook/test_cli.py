@@ -66,6 +66,17 @@ class TestCli:
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert "email.parser" in s.served()
 
+    def test_dump_command_errors_are_one_line(self, tmp_path):
+        lst = tmp_path / "mods.lst"
+        lst.write_text("json\n")
+        (tmp_path / "file").write_text("")
+        for args in ([str(tmp_path / "missing.lst"), str(tmp_path / "a.img")],
+                     [str(lst), str(tmp_path / "file" / "a.img")],
+                     [str(lst), str(tmp_path)]):
+            r = run_python(["-m", "pycds", "dump", *args], cwd=tmp_path)
+            assert r.rc == 2 and "Traceback" not in r.err, r
+            assert r.err.startswith("pycds: ") and len(r.err.splitlines()) == 1, r
+
 
 class TestCliIntegrity:
     def test_verify_reports_damaged_chunks(self, tmp_path):

@@ -3,6 +3,8 @@
 import os
 import sys
 
+import pytest
+
 from conftest import pycds_installed_pth, run_python
 
 
@@ -76,6 +78,27 @@ class TestArchiveDirectory:
         os.chmod(os.path.dirname(img), 0o777)
         r = run_python(["-c", "import m; print(m.X)"], cwd=tmp_path,
                        PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out == "1\n"
+        assert len(r.warnings()) == 1 and "writable by others" in r.warnings()[0], r
+
+    @pytest.mark.parametrize("how", ["parent", "symlink"])
+    def test_a_world_writable_directory_above_or_behind_a_link_is_refused(self, tmp_path,
+                                                                          how):
+        img = self._archive(tmp_path)
+        if how == "parent":      # .../open/arch/a.img, "open" writable by others
+            opened = tmp_path / "open"
+            os.rename(tmp_path / "arch", tmp_path / "arch2")
+            opened.mkdir()
+            os.rename(tmp_path / "arch2", opened / "arch")
+            os.chmod(opened, 0o777)
+            used = str(opened / "arch" / "a.img")
+        else:                    # a link in a safe directory to one in an unsafe one
+            os.chmod(os.path.dirname(img), 0o777)
+            (tmp_path / "safe").mkdir()
+            os.symlink(img, tmp_path / "safe" / "a.img")
+            used = str(tmp_path / "safe" / "a.img")
+        r = run_python(["-c", "import m; print(m.X)"], cwd=tmp_path,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=used)
         assert r.out == "1\n"
         assert len(r.warnings()) == 1 and "writable by others" in r.warnings()[0], r
 

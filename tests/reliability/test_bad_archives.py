@@ -246,6 +246,26 @@ class TestForeign:
         assert refused(share(work, path), plain, path) == (
             "made by an older pycds (its meta has no debug_ranges); dump again")
 
+    def test_a_bucket_table_without_an_empty_bucket_ends(self, base_archive, archive_dir):
+        """Every empty bucket filled and the table re-signed: a lookup of a
+        name the archive lacks probes each bucket once and ends (it looped
+        for ever), and the program runs as plain."""
+        work, _, data, plain, _ = base_archive
+        h = F.Header.parse(data[:F.HEADER_SIZE], len(data))
+        b = bytearray(data[h.buckets_off:h.buckets_off + 8 * h.nbuckets])
+        for at in range(0, len(b), 8):
+            if int.from_bytes(b[at + 4:at + 8], "little") == F.EMPTY:
+                b[at:at + 8] = (0x12345678).to_bytes(4, "little") + bytes(4)
+        h.buckets_sum = F.checksum(bytes(b), h.archive_id)
+        out = bytearray(data)
+        out[h.buckets_off:h.buckets_off + len(b)] = b
+        out[:F.HEADER_SIZE] = h.pack()
+        path = _write(archive_dir / "full.img", bytes(out))
+        args = ["-c", "import tabnanny, fuzzpkg.shapes; print(tabnanny.__name__)"]
+        r = share(work, path, args=args, PYCDSVERBOSE=1, timeout=60)
+        assert (r.rc, r.out) == (0, "tabnanny\n") and not r.warnings(), r
+        assert "fuzzpkg.shapes" in r.served() and "tabnanny" not in r.served(), r
+
     def test_resigned_copy_is_served(self, base_archive, archive_dir):
         """The re-signing helper itself is right: unchanged, it is served."""
         work, _, data, plain, _ = base_archive

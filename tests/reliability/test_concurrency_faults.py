@@ -272,6 +272,147 @@ def procs(tmp_path_factory):
     return d
 
 
+class TestDumpEdges:
+    """What a program may do that a DUMP at its exit must survive without
+    changing what the program did."""
+
+    def test_the_program_locks_the_archive_directory(self, tmp_path):
+        """flock on the directory by the program (or by `flock DIR cmd`
+        around it): the dump gives up after its wait with one warning
+        instead of waiting for good (pycds.dump.LOCK_WAIT_S, shortened)."""
+        prog = textwrap.dedent("""\
+            import fcntl, json, os
+            import pycds.dump
+            pycds.dump.LOCK_WAIT_S = 0.3
+            fd = os.open(".", os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print("done")
+            """)
+        (tmp_path / "lock.py").write_text(prog)
+        img = tmp_path / "a.img"
+        r = run_python(["lock.py"], cwd=tmp_path, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=str(img), timeout=60)
+        assert (r.rc, r.out) == (0, "done\n"), r
+        assert len(r.warnings()) == 1 and "stayed locked" in r.warnings()[0], r
+        assert not img.exists()
+
+    @pytest.mark.parametrize("kind", ["fifo", "symlink", "dangling symlink"])
+    def test_no_archive_over_what_is_not_a_regular_file(self, tmp_path, kind):
+        target = tmp_path / "a.img"
+        other = tmp_path / "other.bin"
+        if kind == "fifo":
+            os.mkfifo(target)
+        else:
+            if kind == "symlink":
+                other.write_bytes(b"kept")
+            os.symlink(other, target)
+        for mode, var in (("DUMP", "PYCDSARCHIVE"), ("TRACE", "PYCDSLIST")):
+            r = run_python(["-c", "import json; print('ok')"], cwd=tmp_path,
+                           PYCDSMODE=mode, **{var: str(target)})
+            assert (r.rc, r.out) == (0, "ok\n"), r
+            assert len(r.warnings()) == 1 and "not a regular file" in r.warnings()[0], r
+            assert os.path.islink(target) or kind == "fifo"
+            if kind == "fifo":
+                import stat
+                assert stat.S_ISFIFO(os.lstat(target).st_mode)
+            elif kind == "symlink":
+                assert other.read_bytes() == b"kept"
+            else:
+                assert not other.exists()
+
+    def test_a_path_ending_in_a_separator_names_a_directory(self, tmp_path):
+        img = tmp_path / "a.img"
+        run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=str(img))
+        for mode in ("SHARE", "DUMP"):
+            r = run_python(["-c", "import json; print('ok')"], cwd=tmp_path, PYCDSMODE=mode,
+                           PYCDSARCHIVE=str(img) + "/", PYCDSVERBOSE=1)
+            assert (r.rc, r.out) == (0, "ok\n") and len(r.warnings()) == 1, r
+            assert not r.served(), r
+        assert sorted(os.listdir(tmp_path)) == ["a.img"]
+
+    def test_a_lazily_loaded_module_stays_unloaded(self, tmp_path):
+        (tmp_path / "lazymod.py").write_text('print("LAZY BODY RAN")\nX = 1\n')
+        (tmp_path / "main.py").write_text(textwrap.dedent("""\
+            import importlib.util, sys
+            spec = importlib.util.find_spec("lazymod")
+            loader = importlib.util.LazyLoader(spec.loader)
+            spec.loader = loader
+            m = importlib.util.module_from_spec(spec)
+            sys.modules["lazymod"] = m
+            loader.exec_module(m)
+            print("main done")
+            """))
+        plain = run_python(["main.py"], cwd=tmp_path)
+        d = run_python(["main.py"], cwd=tmp_path, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=str(tmp_path / "a.img"))
+        assert plain.out == "main done\n", plain
+        assert (d.rc, d.out, d.warnings()) == (0, plain.out, []), d
+
+    def test_odd_entries_in_sys_modules(self, tmp_path):
+        """A key that is not a str, an object whose __dict__ raises: skipped,
+        the rest archived."""
+        prog = textwrap.dedent("""\
+            import sys, json, decimal
+            class Odd:
+                @property
+                def __dict__(self):
+                    raise SystemExit(7)
+            sys.modules[1] = decimal
+            sys.modules["odd"] = Odd()
+            print("ok")
+            """)
+        (tmp_path / "odd.py").write_text(prog)
+        img = str(tmp_path / "a.img")
+        d = run_python(["odd.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert (d.rc, d.out, d.warnings()) == (0, "ok\n", []), d
+        s = run_python(["-c", "import json, decimal"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert {"json", "decimal"} <= set(s.served()), s
+
+
+class TestAddressSpaceLimit:
+    """RLIMIT_AS below what the imports need: the program fails as plain
+    Python fails (MemoryError) or runs, never dies.  The read-ahead thread's
+    first failure (out of memory) once wrote its message into _Thread_local
+    storage, which glibc allocates lazily in a dlopen'd module and, failing
+    that, aborts the process: exit 127 "cannot allocate memory for
+    thread-local data" (native/errors.c)."""
+
+    APP = textwrap.dedent("""\
+        import sys, json, decimal, argparse, email.message, http.client, textwrap
+        import fractions, statistics, dataclasses, typing, enum
+        import mypkg
+        print(json.dumps({"a": [1, 2.5]}), decimal.Decimal("1.1") + 1, mypkg.f(10))
+        print(statistics.mean([1, 2, 3, 4]), fractions.Fraction(3, 6))
+        sys.exit(3)
+        """)
+    LIMIT = textwrap.dedent("""\
+        import resource, runpy, sys
+        lim = int(sys.argv[1]) << 20
+        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        sys.argv = ["app.py"]
+        sys.path.insert(0, ".")
+        runpy.run_path("app.py", run_name="__main__")
+        """)
+
+    def test_never_killed(self, tmp_path):
+        (tmp_path / "mypkg").mkdir()
+        (tmp_path / "mypkg" / "__init__.py").write_text("from .sub import f\n")
+        (tmp_path / "mypkg" / "sub.py").write_text(
+            "def f(n):\n    return sum(i * i for i in range(n))\n")
+        (tmp_path / "app.py").write_text(self.APP)
+        (tmp_path / "limit.py").write_text(self.LIMIT)
+        img = str(tmp_path / "a.img")
+        d = run_python(["limit.py", "100000"], cwd=tmp_path, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=img)
+        assert d.rc == 3, d
+        for mib in range(16, 34, 2):
+            r = run_python(["limit.py", str(mib)], cwd=tmp_path, PYCDSMODE="SHARE",
+                           PYCDSARCHIVE=img, PYCDSRELEASE="1")
+            assert r.rc in (1, 3), (mib, r)
+            assert "thread-local" not in r.err, (mib, r)
+
+
 class TestProcessModels:
     @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver", "subprocess"])
     def test_children_share(self, procs, method):
