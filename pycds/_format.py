@@ -465,28 +465,58 @@ def _S_ISREG(mode):
     return (mode & 0o170000) == 0o100000
 
 
+def _S_ISLNK(mode):
+    return (mode & 0o170000) == 0o120000
+
+
+# Symbolic links followed before giving up (the kernel's limit, MAXSYMLINKS).
+_MAX_LINKS = 40
+
+
 def _check_directory(path):
-    """Refuse an archive that anyone could replace: one in a directory, or
-    under one, writable by others without the sticky bit (as /tmp has), by
-    the path as given and by the path its symbolic links lead to (as ssh's
-    StrictModes walks a key's directories)."""
-    given = os.path.abspath(path)
-    real = os.path.realpath(given)
-    for start in (given, real) if real != given else (given,):
-        d = os.path.dirname(start)
-        while True:
+    """Refuse an archive that others could replace: one reached through a
+    directory writable by others without the sticky bit (as /tmp has) --
+    any directory name resolution passes through, from ``/`` down, including
+    those holding the symbolic links on the way, whose links others could
+    change.  One ``lstat`` a path component."""
+    def check(d, mode):
+        if mode & 0o002 and not mode & 0o1000:
+            raise FormatError(f"its directory {d} is writable by others "
+                              f"(mode {mode & 0o7777:o}, no sticky bit)")
+
+    def lstat(p):
+        try:
+            return os.lstat(p)
+        except OSError as e:
+            raise FormatError(f"cannot stat {p} ({e.strerror})") from None
+
+    cur = os.sep
+    check(cur, lstat(cur).st_mode)
+    parts = os.path.abspath(path).split(os.sep)[1:]
+    links = 0
+    while parts:
+        name = parts.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            cur = os.path.dirname(cur)     # cur has no links: its real parent
+            continue
+        nxt = os.path.join(cur, name)
+        st = lstat(nxt)
+        if _S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                raise FormatError(f"too many symbolic links in {path}")
             try:
-                mode = os.stat(d).st_mode
+                target = os.readlink(nxt)
             except OSError as e:
-                raise FormatError(f"cannot stat its directory {d} "
-                                  f"({e.strerror})") from None
-            if mode & 0o002 and not mode & 0o1000:
-                raise FormatError(f"its directory {d} is writable by others "
-                                  f"(mode {mode & 0o7777:o}, no sticky bit)")
-            parent = os.path.dirname(d)
-            if parent == d:
-                break
-            d = parent
+                raise FormatError(f"cannot read the link {nxt} ({e.strerror})") from None
+            if target.startswith(os.sep):
+                cur = os.sep
+            parts[:0] = target.split(os.sep)
+        elif parts:
+            check(nxt, st.st_mode)     # a directory on the way
+            cur = nxt
 
 
 def _check_owner(st):

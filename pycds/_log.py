@@ -1,5 +1,5 @@
-"""Messages on stderr: warnings once per process tree, verbose lines gated by
-PYCDSVERBOSE.
+"""Messages on stderr: warnings (not repeated by the processes a process
+starts after printing one), verbose lines gated by PYCDSVERBOSE.
 
 Format: ``[pycds] served <module>``, ``[pycds] fallback <module>: <reason>``,
 ``[pycds] warning: <text>``.  Imports only builtins and os (it runs at
@@ -30,21 +30,28 @@ def verbose(msg, at=1):
 
 
 def warning(msg):
-    """Print ``[pycds] warning: msg`` on stderr, whatever the verbosity, once
-    per process tree: a child process that inherited the same setting or
-    archive (a spawn pool's eight workers refusing a stale archive, say)
-    does not repeat what its parent said.  With PYCDSVERBOSE set, a repeat
-    is a verbose line.  Never raises."""
+    """Print ``[pycds] warning: msg`` on stderr, whatever the verbosity,
+    unless a parent process printed it before starting this one: a child
+    that inherited the same setting or archive (a spawn pool's eight
+    workers refusing the stale archive their parent refused, say) does not
+    repeat it.  (Siblings that each find a problem of their own -- workers
+    that each fail to write at exit -- each say so.)  With PYCDSVERBOSE
+    set, a repeat is a verbose line.  Never raises."""
     key = _digest(msg)
     try:
         seen = os.environ.get(WARNED_VAR, "").split()
-        if key in seen:
-            verbose("warning already given in this process tree: " + msg, 1)
-            return
-        os.environ[WARNED_VAR] = " ".join((seen + [key])[-WARNED_KEEP:])
     except Exception:
-        pass
-    _emit("[pycds] warning: " + msg)
+        seen = []
+    if key in seen:
+        verbose("warning already given in this process tree: " + msg, 1)
+        return
+    if _emit("[pycds] warning: " + msg):
+        # Only what was said: a process without stderr leaves it to its
+        # children to say.
+        try:
+            os.environ[WARNED_VAR] = " ".join((seen + [key])[-WARNED_KEEP:])
+        except Exception:
+            pass
 
 
 def _digest(msg):
@@ -55,11 +62,13 @@ def _digest(msg):
 
 
 def _emit(line):
+    """Write ``line`` to stderr; whether it was written."""
     err = sys.stderr
     if err is None:
-        return
+        return False
     try:
         err.write(line + "\n")
         err.flush()
     except Exception:
-        pass
+        return False
+    return True

@@ -307,7 +307,7 @@ def _session_of(path):
 # of ms); a lock that outlasts this is not a writer's: the program, or the
 # parent it inherited the descriptor from (`flock DIR cmd`), locked the
 # directory, and a blocking wait would hang the program's exit for good.
-LOCK_WAIT_S = 20.0
+LOCK_WAIT_S = 10.0
 
 
 class _directory_lock:

@@ -284,19 +284,20 @@ class ArchivedCode:
     is handed out.
 
     The loader of a served module is the stock ``SourceFileLoader`` that
-    plain import would use -- its type, repr, equality and pickling are
-    plain import's (code that looks loaders up by exact type, as CPython's
-    own test_import does, sees no difference) -- with this object in its
-    instance dict under ``get_code``, where attribute lookup finds it before
-    the class's method.  importlib's ``exec_module`` calls it
+    plain import would use: its type and repr are plain import's (code that
+    looks loaders up by exact type, as CPython's own test_import does, sees
+    no difference).  Until the module's code is handed out its instance dict
+    holds this object under ``get_code``, where attribute lookup finds it
+    before the class's method, and a :class:`_PlainReduce` under
+    ``__reduce_ex__``, which copy and pickle look up on the instance: a copy
+    or a pickle of the loader (or of a spec holding it) is a plain loader
+    for the same file, with nothing of pycds (the archive belongs to this
+    process).  importlib's ``exec_module`` calls it
     (``_LoaderBasics.exec_module``, importlib/_bootstrap_external.py,
-    3.10-3.13); it takes itself out of the loader on that first call and
-    returns the archived code object, so from then on the loader is exactly
-    a plain one (a later ``get_code`` reads the ``.pyc``, as with plain
-    import).  If the archived code cannot be loaded, the stock ``get_code``
-    runs.  Copied or pickled (a spec deep-copied before its module ran), it
-    becomes the stock ``get_code`` of a plain loader for the same file: the
-    archive belongs to this process."""
+    3.10-3.13); it takes both entries out of the loader and returns the
+    archived code object, so from then on the loader is exactly a plain one
+    (a later ``get_code`` reads the ``.pyc``, as with plain import).  If the
+    archived code cannot be loaded, the stock ``get_code`` runs."""
 
     __slots__ = ("loader", "entry", "archive")
 
@@ -305,9 +306,16 @@ class ArchivedCode:
         self.entry = entry
         self.archive = archive
 
+    @classmethod
+    def install(cls, loader, entry, archive):
+        d = loader.__dict__
+        d["get_code"] = cls(loader, entry, archive)
+        d["__reduce_ex__"] = _PlainReduce(loader.name, loader.path)
+
     def __reduce__(self):
+        # (Pickled on its own: the stock get_code of a plain loader.)
         loader = self.loader
-        return (_stock_get_code, (loader.name, loader.path))
+        return (getattr, (SourceFileLoader(loader.name, loader.path), "get_code"))
 
     # Two specs found for one module compare equal, as plain import's do
     # (FileLoader.__eq__ compares the loaders' dicts).  Not by the loaders
@@ -324,33 +332,56 @@ class ArchivedCode:
 
     def __call__(self, fullname):
         loader = self.loader
-        if fullname == loader.name:
-            # Plain from now on (and the loader -> self cycle is gone).
-            if vars(loader).get("get_code") is self:
-                del loader.get_code
-            if F.loader_patched():
-                # Plain import runs the program's replacement: so does this.
-                _fallback(fullname, "SourceFileLoader is patched")
-                return SourceFileLoader.get_code(loader, fullname)
-            archive = self.archive
-            code = archive.load_code(self.entry)
-            if code is not None:
-                if archive.release_mode:
-                    # importlib runs exec_module with the module in
-                    # sys.modules; its spec says when the body is done.
-                    module = sys.modules.get(fullname)
-                    archive.ran.append((self.entry, getattr(module, "__spec__", None)))
-                _stats["served"] += 1
-                if _verbose:
-                    _say(f"served {fullname}", 1)
-                return code
-        return SourceFileLoader.get_code(loader, fullname)
+        if fullname != loader.name:
+            return SourceFileLoader.get_code(loader, fullname)
+        # Plain from now on (and the loader -> self cycle is gone).  Two
+        # threads running one spec may both get here: both are served.
+        d = loader.__dict__
+        if d.get("get_code") is self:
+            d.pop("get_code", None)
+            d.pop("__reduce_ex__", None)
+        if F.loader_patched():
+            # Plain import runs the program's replacement: so does this
+            # (CDSFinder.find_spec checks first: this is for a replacement
+            # made between the two).
+            _fallback(fullname, "SourceFileLoader is patched")
+            return SourceFileLoader.get_code(loader, fullname)
+        archive = self.archive
+        code = archive.load_code(self.entry)
+        if code is None:
+            return SourceFileLoader.get_code(loader, fullname)
+        if archive.release_mode:
+            # importlib runs exec_module with the module in sys.modules;
+            # its spec says when the body is done.
+            module = sys.modules.get(fullname)
+            archive.ran.append((self.entry, getattr(module, "__spec__", None)))
+        _stats["served"] += 1
+        if _verbose:
+            _say(f"served {fullname}", 1)
+        return code
 
 
-def _stock_get_code(name, path):
-    """The stock get_code of a plain loader for ``path`` (what a copied or
-    unpickled :class:`ArchivedCode` becomes)."""
-    return SourceFileLoader(name, path).get_code
+class _PlainReduce:
+    """The ``__reduce_ex__`` of a served module's loader until its code is
+    handed out (see :class:`ArchivedCode`): that of a plain loader for the
+    same file."""
+
+    __slots__ = ("name", "path")
+
+    def __init__(self, name, path):
+        self.name = name
+        self.path = path
+
+    def __call__(self, protocol):
+        return SourceFileLoader(self.name, self.path).__reduce_ex__(protocol)
+
+    def __eq__(self, other):
+        if not isinstance(other, _PlainReduce):
+            return NotImplemented
+        return self.name == other.name and self.path == other.path
+
+    def __hash__(self):
+        return hash((self.name, self.path))
 
 
 def served_loader(loader):
@@ -404,6 +435,11 @@ class CDSFinder:
         if type(spec.loader) is not SourceFileLoader:
             _fallback(fullname, "plain import uses another loader")
             return spec
+        if F.loader_patched():
+            # Its replacement runs as with plain import, without a frame of
+            # pycds around it (in a traceback of what it raises, say).
+            _fallback(fullname, "SourceFileLoader is patched")
+            return spec
         if spec.origin != entry.origin:
             _fallback(fullname, "resolves to another file")
             return spec
@@ -415,9 +451,8 @@ class CDSFinder:
                 # listing replayed from the dump may be out of date.
                 spec = PathFinder.find_spec(fullname, path, target)
             return spec
-        loader = spec.loader
-        loader.get_code = ArchivedCode(
-            loader, _ChunkRef(fullname, entry.number, entry.chunk_len), archive)
+        ArchivedCode.install(spec.loader,
+                             _ChunkRef(fullname, entry.number, entry.chunk_len), archive)
         return spec
 
     def invalidate_caches(self):

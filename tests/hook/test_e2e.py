@@ -71,6 +71,13 @@ class TestRoundTrip:
             early = copy.deepcopy(spec)
             print(type(early.loader).__name__, early.loader.get_code("m").co_filename == spec.origin)
             print(pickle.loads(pickle.dumps(spec.loader)).get_code("m").co_names)
+            fresh = SourceFileLoader("m", spec.origin)
+            print(b"pycds" in pickle.dumps(spec), vars(early.loader) == vars(fresh),
+                  vars(copy.copy(spec.loader)) == vars(fresh))
+            # two threads running one spec both get code (one holding the
+            # get_code it looked up before the other's call)
+            stale = spec.loader.get_code
+            print(type(spec.loader.get_code("m")).__name__, type(stale("m")).__name__)
             mod = importlib.util.module_from_spec(spec)
             sys.modules["m"] = mod
             spec.loader.exec_module(mod)
@@ -134,6 +141,28 @@ class TestPatchedLoader:
             assert (r.rc, r.out) == (plain.rc, plain.out), (patch, plain, r)
             assert not r.warnings(), r
             assert "b" not in r.served(), r
+
+    def test_a_traceback_through_the_patched_loader_is_plain(self, tmp_path):
+        (tmp_path / "blocked.py").write_text("X = 1\n")
+        (tmp_path / "app.py").write_text(textwrap.dedent("""\
+            import os
+            from importlib.machinery import SourceFileLoader
+            if os.environ.get("BLOCK"):
+                _orig = SourceFileLoader.get_code
+                def get_code(self, fullname):
+                    if fullname == "blocked":
+                        raise ImportError("blocked by policy")
+                    return _orig(self, fullname)
+                SourceFileLoader.get_code = get_code
+            import blocked
+            """))
+        img = str(tmp_path / "a.img")
+        run_python(["app.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        plain = run_python(["app.py"], cwd=tmp_path, BLOCK="1")
+        r = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       BLOCK="1")
+        assert plain.rc == 1 and "blocked by policy" in plain.err, plain
+        assert (r.rc, r.out, r.err) == (plain.rc, plain.out, plain.err), r
 
     def test_share_under_the_patch_runs_the_patched_loader(self, app):
         # No .pyc: plain import compiles b with the patched source_to_code.

@@ -81,7 +81,7 @@ class TestArchiveDirectory:
         assert r.out == "1\n"
         assert len(r.warnings()) == 1 and "writable by others" in r.warnings()[0], r
 
-    @pytest.mark.parametrize("how", ["parent", "symlink"])
+    @pytest.mark.parametrize("how", ["parent", "symlink", "link in a chain"])
     def test_a_world_writable_directory_above_or_behind_a_link_is_refused(self, tmp_path,
                                                                           how):
         img = self._archive(tmp_path)
@@ -92,11 +92,18 @@ class TestArchiveDirectory:
             os.rename(tmp_path / "arch2", opened / "arch")
             os.chmod(opened, 0o777)
             used = str(opened / "arch" / "a.img")
-        else:                    # a link in a safe directory to one in an unsafe one
+        elif how == "symlink":   # a link in a safe directory to one in an unsafe one
             os.chmod(os.path.dirname(img), 0o777)
             (tmp_path / "safe").mkdir()
             os.symlink(img, tmp_path / "safe" / "a.img")
             used = str(tmp_path / "safe" / "a.img")
+        else:                    # safe/l1 -> ../open/l2 -> ../arch: "open" is unsafe
+            for d in ("safe", "open"):
+                (tmp_path / d).mkdir()
+            os.symlink("../arch", tmp_path / "open" / "l2")
+            os.symlink("../open/l2", tmp_path / "safe" / "l1")
+            os.chmod(tmp_path / "open", 0o777)
+            used = str(tmp_path / "safe" / "l1" / "a.img")
         r = run_python(["-c", "import m; print(m.X)"], cwd=tmp_path,
                        PYCDSMODE="SHARE", PYCDSARCHIVE=used)
         assert r.out == "1\n"

@@ -477,6 +477,21 @@ class TestProcessModels:
         assert r.rc == 0 and len(r.warnings()) == 2, r
         assert "warning already given in this process tree" in r.err, r
 
+    def test_a_warning_nobody_saw_is_said_again_by_a_child(self, tmp_path):
+        """A parent without stderr prints nothing: its child, which has one,
+        says it."""
+        (tmp_path / "parent.py").write_text(textwrap.dedent("""\
+            import subprocess, sys
+            r = subprocess.run([sys.executable, "-c", "import json"],
+                               stderr=subprocess.PIPE, text=True)
+            print(r.stderr.count("[pycds] warning"), "ignored" in r.stderr)
+            """))
+        p = subprocess.run([sys.executable, "parent.py"], cwd=tmp_path, capture_output=True,
+                           text=True, preexec_fn=lambda: os.close(2),
+                           env=clean_env(PYCDSMODE="SHARE",
+                                         PYCDSARCHIVE=str(tmp_path / "missing.img")))
+        assert (p.returncode, p.stdout) == (0, "1 True\n"), p
+
     def test_a_child_with_another_archive_still_warns(self, tmp_path):
         """A subprocess (its stderr ours) refusing its parent's archive says
         nothing; one refusing an archive of its own says so."""
