@@ -139,7 +139,7 @@ def write_atomic(path, chunks, length=None):
     check_replaceable(path)
     path = os.path.abspath(path)
     d, base = os.path.split(path)
-    os.makedirs(d, exist_ok=True)
+    make_directory(d)
     _sweep_stale(d, base)
     tmp = None
     fd = None
@@ -188,6 +188,15 @@ def write_atomic(path, chunks, length=None):
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def make_directory(d):
+    """``os.makedirs(d, exist_ok=True)``, saying "Not a directory" where a
+    part of ``d`` is a file (makedirs says "File exists" of the last one)."""
+    try:
+        os.makedirs(d, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), d) from None
 
 
 def check_replaceable(path):

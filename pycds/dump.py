@@ -321,7 +321,8 @@ class _directory_lock:
 
     def __enter__(self):
         import fcntl
-        os.makedirs(self.dir, exist_ok=True)
+        from ._writer import make_directory
+        make_directory(self.dir)
         try:
             self.fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:

@@ -330,6 +330,14 @@ class TestDumpEdges:
             assert not r.served(), r
         assert sorted(os.listdir(tmp_path)) == ["a.img"]
 
+    def test_a_file_where_the_directory_should_be(self, tmp_path):
+        (tmp_path / "app.py").write_text("")
+        for under in ("app.py/a.img", "app.py/sub/a.img"):
+            r = run_python(["-c", "import json; print('ok')"], cwd=tmp_path,
+                           PYCDSMODE="DUMP", PYCDSARCHIVE=str(tmp_path / under))
+            assert (r.rc, r.out) == (0, "ok\n") and len(r.warnings()) == 1, r
+            assert "Not a directory" in r.warnings()[0], r
+
     def test_a_lazily_loaded_module_stays_unloaded(self, tmp_path):
         (tmp_path / "lazymod.py").write_text('print("LAZY BODY RAN")\nX = 1\n')
         (tmp_path / "main.py").write_text(textwrap.dedent("""\
