@@ -28,11 +28,18 @@ make_detail_key(void)
     detail_key_made = pthread_key_create(&detail_key, free) == 0;
 }
 
+/* Whether the key of the per-thread buffers exists (made on first use). */
+static int
+detail_key_ready(void)
+{
+    return pthread_once(&detail_once, make_detail_key) == 0 && detail_key_made;
+}
+
 /* The calling thread's buffer, made now if need be; NULL without memory. */
 static char *
 detail_buffer(void)
 {
-    if (pthread_once(&detail_once, make_detail_key) != 0 || !detail_key_made) {
+    if (!detail_key_ready()) {
         return NULL;
     }
     char *buf = pthread_getspecific(detail_key);
@@ -71,10 +78,7 @@ pycds_strerror(int code)
 const char *
 pycds_last_error(void)
 {
-    if (pthread_once(&detail_once, make_detail_key) != 0 || !detail_key_made) {
-        return "(no detail)";
-    }
-    const char *buf = pthread_getspecific(detail_key);
+    const char *buf = detail_key_ready() ? pthread_getspecific(detail_key) : NULL;
     return buf != NULL ? buf : "(no detail)";
 }
 

@@ -6,7 +6,7 @@ little-endian.  Sections, in file order::
     header | meta | bucket table | module entries | chunk table | heap | relocations
 
 The reading side runs at start-up, so this module imports only builtins
-(``_imp``, ``marshal``, ``os``, ``sys``, importlib's own modules) and reads with ``os.pread``: opening an
+(``_imp``, ``marshal``, ``os``, ``stat``, ``sys``, importlib's own modules) and reads with ``os.pread``: opening an
 archive reads the header, the meta block and the bucket table, nothing else;
 a lookup reads one entry.  Every part is checked before use: the header with
 a fixed-key hash, the rest with hashes keyed by the archive's random id, so a
@@ -21,6 +21,7 @@ import _frozen_importlib_external as _bootstrap_external
 import _imp
 import marshal
 import os
+import stat
 import sys
 
 from _frozen_importlib_external import _RAW_MAGIC_NUMBER, SourceFileLoader
@@ -308,7 +309,7 @@ class Index:
             raise FormatError(e.strerror or str(e)) from None
         try:
             st = os.fstat(fd)
-            if not _S_ISREG(st.st_mode):
+            if not stat.S_ISREG(st.st_mode):
                 raise FormatError("not a regular file")
             if check_owner:
                 _check_owner(st)
@@ -461,14 +462,6 @@ class Index:
             self.fd = -1
 
 
-def _S_ISREG(mode):
-    return (mode & 0o170000) == 0o100000
-
-
-def _S_ISLNK(mode):
-    return (mode & 0o170000) == 0o120000
-
-
 # Symbolic links followed before giving up (the kernel's limit, MAXSYMLINKS).
 _MAX_LINKS = 40
 
@@ -503,7 +496,7 @@ def _check_directory(path):
             continue
         nxt = os.path.join(cur, name)
         st = lstat(nxt)
-        if _S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(st.st_mode):
             links += 1
             if links > _MAX_LINKS:
                 raise FormatError(f"too many symbolic links in {path}")
