@@ -105,14 +105,15 @@ def is_main_interpreter(cheap_only=False):
 def stats():
     """Counters of this process's share mode (see pycds.finder.stats):
     modules served, fallbacks by reason, bytes loaded, load time in ms,
-    modules read ahead, bytes given back after module bodies ran."""
+    modules read ahead, bytes given back after module bodies ran, modules
+    the interpreter imported at start-up that were imported plainly."""
     import sys
     finder = sys.modules.get("pycds.finder")
     if finder is None:
         return {"served": 0, "fallbacks": {}, "archive": None,
                 "modules_in_archive": 0, "bytes_loaded": 0, "load_ms": 0.0,
                 "open_ms": 0.0, "prefetched": 0, "released_bytes": 0,
-                "searches_replayed": 0}
+                "searches_replayed": 0, "startup_plain": 0}
     return finder.stats()
 
 

@@ -43,6 +43,7 @@ _stats = {
     "load_ms": 0.0,
     "open_ms": 0.0,
     "released_bytes": 0,
+    "startup_plain": 0,
 }
 # (stats() adds "searches_replayed" and "prefetched".)
 
@@ -51,6 +52,17 @@ _stats = {
 # program imports between two of its own statements, small enough that a
 # program that stops importing wastes little.
 PREFETCH_WINDOW = 2 << 20
+
+# Heap bytes of archived modules the interpreter itself imports before the
+# native module is loaded that are imported plainly (_imported_by_interpreter).
+# A ski-rental bound: the native load (~1 ms) is about what serving saves on
+# 0.5-1 MiB of heap (3.11: ~27 ms of CPU on the 22 MiB of numpy, flask and
+# boto3), so a sitecustomize that imports a large framework (as tracing
+# agents' do) loses at most that, while 3.13's linecache for -c (13 KiB)
+# and the ten modules runpy imports for -m (490 KiB on 3.11) are imported
+# plainly: `python -m <a one-line module>` 1.35 ms faster, `python -m` of
+# numpy, flask and boto3 unchanged within noise (3.11, docs/performance.md).
+STARTUP_PLAIN_BYTES = 512 << 10
 
 
 def stats():
@@ -61,7 +73,10 @@ def stats():
     ``released_bytes`` (heap given back after module bodies ran -- their code
     objects and what only those used -- or queued to be given back by the
     read-ahead thread once imports pause),
-    ``archive`` (path), ``modules_in_archive``, ``prefetched`` (modules
+    ``startup_plain`` (archived modules the interpreter itself imported
+    before anything had loaded the native module, imported plainly:
+    :func:`_imported_by_interpreter`), ``archive`` (path),
+    ``modules_in_archive``, ``prefetched`` (modules
     whose chunk the read-ahead thread had read and relocated before their
     import) and ``searches_replayed`` (modules found without reading a
     directory: every directory of their search had the mtime the dump run
@@ -114,6 +129,7 @@ class _Archive:
         # (entry, spec) of modules handed out, innermost import last: their
         # memory is given back once their body has run (release_finished).
         self.ran = []
+        self.startup_plain_bytes = 0
         self.path = index.path
         self.disabled = False
         self._native = None
@@ -390,6 +406,37 @@ def served_loader(loader):
     return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
 
+# The files of importlib's own frames (frozen; 3.10-3.13).
+_BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
+                    "<frozen importlib._bootstrap_external>")
+
+
+def _imported_by_interpreter():
+    """Whether the import being found was started by the interpreter itself:
+    the outermost frame of this thread is importlib's, so no code of the
+    program lies beneath it (``site`` and what it imports at start-up, such
+    as ``sitecustomize``; ``linecache``, which 3.13 imports for ``-c``
+    before running the command; ``runpy`` for ``-m``), or the body of a
+    module such an import is running.
+
+    Until something has loaded the native module, such modules are imported
+    plainly while together they stay within :data:`STARTUP_PLAIN_BYTES` of
+    heap: serving one would load the native module first (~1 ms:
+    ``_cffi_backend``, ``pycds._native``, ``pycds._nativeapi``, the heap
+    reservation), several times what plain import of a small module costs,
+    and a short program (``python -c pass``) may import nothing else from
+    the archive.  The program's own imports always have its frames below
+    them.  Cost: one walk of the stack, only until the native module is
+    loaded."""
+    try:
+        f = sys._getframe(1)
+    except ValueError:      # find_spec called from C, no frame at all
+        return True
+    while f.f_back is not None:
+        f = f.f_back
+    return f.f_code.co_filename in _BOOTSTRAP_FILES
+
+
 def _first_search(*args):
     # pycds._search is imported on the first archive hit, not at start-up
     # (a program that imports nothing archived does not pay for it).
@@ -425,6 +472,15 @@ class CDSFinder:
         if entry is None:
             if _verbose >= 2:
                 _say(f"not in archive {fullname}", 2)
+            return None
+        if (archive._native is None
+                and archive.startup_plain_bytes + entry.chunk_len <= STARTUP_PLAIN_BYTES
+                and _imported_by_interpreter()):
+            archive.startup_plain_bytes += entry.chunk_len
+            _stats["startup_plain"] += 1
+            if _verbose:
+                _say(f"plain {fullname}: imported by the interpreter before the "
+                     "native module was loaded", 1)
             return None
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).

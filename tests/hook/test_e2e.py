@@ -44,6 +44,14 @@ class TestRoundTrip:
         r = run_python(["-c", src], cwd=workspace, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.out.split() == ["True"] * 4, r
 
+    def test_stats_have_the_same_keys_when_off(self, workspace, tmp_path):
+        img = str(tmp_path / "app.img")
+        src = "import pycds, json; print(sorted(pycds.stats()))"
+        off = run_python(["-c", src], cwd=workspace)
+        run_python(["-c", src], cwd=workspace, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        on = run_python(["-c", src], cwd=workspace, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert off.out == on.out and "startup_plain" in on.out, (off, on)
+
     def test_exit_paths_still_dump(self, tmp_path):
         (tmp_path / "m.py").write_text("X = 1\n")
         for code, rc in (("import m; raise SystemExit(7)", 7),
@@ -257,6 +265,81 @@ class TestStaleSources:
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert r.out.strip() == "override", r
         assert any("resolves to another file" in f for f in r.fallbacks())
+
+
+class TestStartUpImports:
+    """What the interpreter imports before the program runs (site's
+    sitecustomize, 3.13's linecache for -c, runpy for -m) is imported plainly
+    until something has loaded the native module: a short program must not
+    pay for it (finder._imported_by_interpreter)."""
+
+    PROBE = ("import sys, sitecustomize; "
+             "print(sitecustomize.STARTED, 'pycds._nativeapi' in sys.modules)")
+
+    @pytest.fixture
+    def app(self, tmp_path):
+        (tmp_path / "sitecustomize.py").write_text("import startdep\nSTARTED = startdep.X\n")
+        (tmp_path / "startdep.py").write_text("X = 'started'\n")
+        (tmp_path / "appmod.py").write_text("import sys\nprint('appmod', __name__)\n")
+        img = str(tmp_path / "a.img")
+        env = dict(PYTHONPATH=str(tmp_path), PYCDSARCHIVE=img)
+        d = run_python(["-c", self.PROBE + "; import appmod, linecache"], cwd=tmp_path,
+                       PYCDSMODE="DUMP", **env)
+        assert d.out.split()[0] == "started" and os.path.exists(img), d
+        return tmp_path, env
+
+    def test_start_up_imports_do_not_load_the_native_module(self, app):
+        cwd, env = app
+        r = run_python(["-c", self.PROBE], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+        assert r.out.split() == ["started", "False"], r
+        plain = [line.split()[2] for line in r.err.splitlines()
+                 if line.startswith("[pycds] plain ")]
+        # Both are in the archive (the line comes after the index lookup);
+        # 3.13 also imports linecache for -c before running it.
+        expect = ["sitecustomize:", "startdep:"]
+        if sys.version_info >= (3, 13):
+            expect.append("linecache:")
+        assert sorted(plain) == sorted(expect), r
+        assert r.served() == [] and not r.fallbacks() and not r.warnings(), r
+
+    def test_the_programs_imports_are_served(self, app):
+        cwd, env = app
+        code = (self.PROBE + "; import appmod, pycds; s = pycds.stats(); "
+                "print(s['startup_plain'], 'pycds._nativeapi' in sys.modules)")
+        r = run_python(["-c", code], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+        n = 3 if sys.version_info >= (3, 13) else 2
+        assert r.out.split() == ["started", "False", "appmod", "appmod", str(n), "True"], r
+        assert r.served() == ["appmod"], r
+
+    def test_run_module(self, app):
+        # -m: runpy and what it imports come first, from C; the module it
+        # runs is the program's.
+        cwd, env = app
+        plain = run_python(["-m", "appmod"], cwd=cwd, PYTHONPATH=str(cwd))
+        r = run_python(["-m", "appmod"], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "appmod __main__\n"), r
+        assert "[pycds] plain sitecustomize:" in r.err and not r.warnings(), r
+
+    def test_a_large_start_up_import_is_served(self, tmp_path):
+        # What the interpreter imports plainly is bounded (STARTUP_PLAIN_BYTES):
+        # a sitecustomize that imports a large library (as tracing agents'
+        # do) has it served, loading the native module.
+        from pycds.finder import STARTUP_PLAIN_BYTES
+        (tmp_path / "sitecustomize.py").write_text("import startdep, startbig\n")
+        (tmp_path / "startdep.py").write_text("X = 1\n")
+        big = "x" * (STARTUP_PLAIN_BYTES + 4096)
+        (tmp_path / "startbig.py").write_text(f"BIG = {big!r}\n")
+        img = str(tmp_path / "a.img")
+        env = dict(PYTHONPATH=str(tmp_path), PYCDSARCHIVE=img)
+        probe = ("import sys, startbig; "
+                 "print(len(startbig.BIG), 'pycds._nativeapi' in sys.modules)")
+        run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="DUMP", **env)
+        r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+        assert r.out.split() == [str(len(big)), "True"], r
+        # (3.13's linecache for -c comes after: the native module is loaded.)
+        tail = ["linecache"] if sys.version_info >= (3, 13) else []
+        assert r.served() == ["startbig"] + tail, r
+        assert "[pycds] plain sitecustomize:" in r.err and "[pycds] plain startdep:" in r.err, r
 
 
 class TestModes:
