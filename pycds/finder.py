@@ -59,7 +59,7 @@ PREFETCH_WINDOW = 2 << 20
 # 0.5-1 MiB of heap (3.11: ~27 ms of CPU on the 22 MiB of numpy, flask and
 # boto3), so a sitecustomize that imports a large framework (as tracing
 # agents' do) loses at most that, while 3.13's linecache for -c (13 KiB)
-# and the ten modules runpy imports for -m (490 KiB on 3.11) are imported
+# and the ten modules runpy imports for -m (475 KiB on 3.11) are imported
 # plainly: `python -m <a one-line module>` 1.35 ms faster, `python -m` of
 # numpy, flask and boto3 unchanged within noise (3.11, docs/performance.md).
 STARTUP_PLAIN_BYTES = 512 << 10
@@ -73,9 +73,9 @@ def stats():
     ``released_bytes`` (heap given back after module bodies ran -- their code
     objects and what only those used -- or queued to be given back by the
     read-ahead thread once imports pause),
-    ``startup_plain`` (archived modules the interpreter itself imported
-    before anything had loaded the native module, imported plainly:
-    :func:`_imported_by_interpreter`), ``archive`` (path),
+    ``startup_plain`` (archive hits the interpreter itself imported before
+    anything had loaded the native module, imported plainly without further
+    checks: :func:`_imported_by_interpreter`), ``archive`` (path),
     ``modules_in_archive``, ``prefetched`` (modules
     whose chunk the read-ahead thread had read and relocated before their
     import) and ``searches_replayed`` (modules found without reading a
@@ -406,9 +406,17 @@ def served_loader(loader):
     return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
 
-# The files of importlib's own frames (frozen; 3.10-3.13).
+# The files of importlib's own frames (frozen; 3.10-3.13, also under
+# -X frozen_modules=off).
 _BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
                     "<frozen importlib._bootstrap_external>")
+# Bound at import: a program may replace sys._getframe (mock.patch) or
+# delete it, and find_spec must not follow it.
+_getframe = sys._getframe
+# Deeper stacks are taken for the program's: the interpreter's own imports
+# run a few frames deep (3.13 builds a frame object for every frame walked:
+# 20 ms for 100 000).
+_MAX_WALK = 1000
 
 
 def _imported_by_interpreter():
@@ -417,7 +425,11 @@ def _imported_by_interpreter():
     program lies beneath it (``site`` and what it imports at start-up, such
     as ``sitecustomize``; ``linecache``, which 3.13 imports for ``-c``
     before running the command; ``runpy`` for ``-m``), or the body of a
-    module such an import is running.
+    module such an import is running.  The program's own imports have its
+    frames below them, except on a thread started from C with no Python
+    frame (a C extension's worker, an embedding host importing the
+    application from C), which this takes for the interpreter's: a matter
+    of speed only, bounded as below.
 
     Until something has loaded the native module, such modules are imported
     plainly while together they stay within :data:`STARTUP_PLAIN_BYTES` of
@@ -425,16 +437,18 @@ def _imported_by_interpreter():
     ``_cffi_backend``, ``pycds._native``, ``pycds._nativeapi``, the heap
     reservation), several times what plain import of a small module costs,
     and a short program (``python -c pass``) may import nothing else from
-    the archive.  The program's own imports always have its frames below
-    them.  Cost: one walk of the stack, only until the native module is
-    loaded."""
+    the archive.  Cost: one walk of the stack per archive hit until the
+    native module is loaded.  Never raises (False on any surprise)."""
     try:
-        f = sys._getframe(1)
-    except ValueError:      # find_spec called from C, no frame at all
-        return True
-    while f.f_back is not None:
-        f = f.f_back
-    return f.f_code.co_filename in _BOOTSTRAP_FILES
+        f = _getframe(1)
+        for _ in range(_MAX_WALK):
+            back = f.f_back
+            if back is None:
+                return f.f_code.co_filename in _BOOTSTRAP_FILES
+            f = back
+    except Exception:
+        pass
+    return False
 
 
 def _first_search(*args):

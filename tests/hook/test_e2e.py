@@ -311,35 +311,92 @@ class TestStartUpImports:
         assert r.out.split() == ["started", "False", "appmod", "appmod", str(n), "True"], r
         assert r.served() == ["appmod"], r
 
-    def test_run_module(self, app):
-        # -m: runpy and what it imports come first, from C; the module it
-        # runs is the program's.
-        cwd, env = app
-        plain = run_python(["-m", "appmod"], cwd=cwd, PYTHONPATH=str(cwd))
-        r = run_python(["-m", "appmod"], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
-        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "appmod __main__\n"), r
-        assert "[pycds] plain sitecustomize:" in r.err and not r.warnings(), r
+    def test_run_module(self, tmp_path):
+        # -m: runpy and what it imports come first, from C, and are imported
+        # plainly; the module it runs is the program's.
+        (tmp_path / "appmod.py").write_text(
+            "import sys\nprint(__name__, 'pycds._nativeapi' in sys.modules)\n")
+        img = str(tmp_path / "m.img")
+        plain = run_python(["-m", "appmod"], cwd=tmp_path)
+        run_python(["-m", "appmod"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(["-m", "appmod"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "__main__ False\n"), r
+        assert "[pycds] plain importlib:" in r.err and not r.warnings(), r
+
+    @staticmethod
+    def _write(path, name, nbytes, body=""):
+        # A module whose chunk holds a string of nbytes characters.
+        path.joinpath(name + ".py").write_text(f"BIG = {'x' * nbytes!r}\n{body}")
 
     def test_a_large_start_up_import_is_served(self, tmp_path):
-        # What the interpreter imports plainly is bounded (STARTUP_PLAIN_BYTES):
-        # a sitecustomize that imports a large library (as tracing agents'
-        # do) has it served, loading the native module.
+        # What the interpreter imports plainly is bounded (STARTUP_PLAIN_BYTES),
+        # in total: a sitecustomize that imports a large library (as tracing
+        # agents' do) has the part past the bound served, which loads the
+        # native module.
         from pycds.finder import STARTUP_PLAIN_BYTES
-        (tmp_path / "sitecustomize.py").write_text("import startdep, startbig\n")
+        (tmp_path / "sitecustomize.py").write_text("import startdep, half1, half2, half3\n")
         (tmp_path / "startdep.py").write_text("X = 1\n")
-        big = "x" * (STARTUP_PLAIN_BYTES + 4096)
-        (tmp_path / "startbig.py").write_text(f"BIG = {big!r}\n")
+        half = STARTUP_PLAIN_BYTES // 2 - 8192
+        for name in ("half1", "half2", "half3"):
+            self._write(tmp_path, name, half)
         img = str(tmp_path / "a.img")
         env = dict(PYTHONPATH=str(tmp_path), PYCDSARCHIVE=img)
-        probe = ("import sys, startbig; "
-                 "print(len(startbig.BIG), 'pycds._nativeapi' in sys.modules)")
-        run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="DUMP", **env)
-        r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
-        assert r.out.split() == [str(len(big)), "True"], r
-        # (3.13's linecache for -c comes after: the native module is loaded.)
-        tail = ["linecache"] if sys.version_info >= (3, 13) else []
-        assert r.served() == ["startbig"] + tail, r
-        assert "[pycds] plain sitecustomize:" in r.err and "[pycds] plain startdep:" in r.err, r
+        (tmp_path / "probe.py").write_text(
+            "import sys, half3\nprint(len(half3.BIG), 'pycds._nativeapi' in sys.modules)\n")
+        run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="DUMP", **env)
+        r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+        assert r.out.split() == [str(half), "True"], r
+        assert r.served() == ["half3"], r
+        plain = [line.split()[2] for line in r.err.splitlines()
+                 if line.startswith("[pycds] plain ")]
+        assert plain == ["sitecustomize:", "startdep:", "half1:", "half2:"], r
+
+    def test_only_until_the_native_module_is_loaded(self, tmp_path):
+        # A thread started from C (no Python frame) imports as the
+        # interpreter does: plainly before the native module is loaded,
+        # served after (the program's own import loaded it).
+        for name in ("early", "late", "own"):
+            (tmp_path / f"{name}.py").write_text("DONE = True\n")
+        (tmp_path / "prog.py").write_text(textwrap.dedent("""\
+            import _thread, sys, time
+            def from_c(name):
+                _thread.start_new_thread(__import__, (name,))
+                deadline = time.monotonic() + 30
+                while not getattr(sys.modules.get(name), "DONE", False):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.001)
+            from_c("early")
+            print('pycds._nativeapi' in sys.modules)
+            import own
+            from_c("late")
+            print('pycds._nativeapi' in sys.modules)
+            """))
+        img = str(tmp_path / "a.img")
+        plain = run_python(["prog.py"], cwd=tmp_path)
+        run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert (plain.out, r.out) == ("False\nFalse\n", "False\nTrue\n"), (plain, r)
+        assert r.served() == ["own", "late"], r
+        assert "[pycds] plain early:" in r.err and not r.warnings(), r
+
+    @pytest.mark.parametrize("change", [
+        "from unittest import mock; patch = mock.patch('sys._getframe'); patch.start()",
+        "del sys._getframe",
+    ])
+    def test_a_replaced_getframe_is_not_followed(self, tmp_path, change):
+        # The walk uses sys._getframe as it was when the finder was imported:
+        # a mock's f_back never ends, and a deleted one must not raise into
+        # the import.
+        (tmp_path / "dep.py").write_text("X = 1\n")
+        prog = f"import sys\n{change}\nimport dep\nprint(dep.X)\n"
+        (tmp_path / "prog.py").write_text(prog)
+        img = str(tmp_path / "a.img")
+        run_python(["-c", "import dep"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, timeout=60)
+        assert (r.rc, r.out) == (0, "1\n") and "dep" in r.served(), r
 
 
 class TestModes:

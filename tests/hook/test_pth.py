@@ -23,13 +23,15 @@ class TestPth:
         img = str(tmp_path / "a.img")
         (tmp_path / "m.py").write_text("X = 1\n")
         run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
-        # A script, not -c: 3.13 imports linecache for -c (to show the
-        # command's source in tracebacks), and the DUMP run archived it.
-        (tmp_path / "probe.py").write_text(
-            "import sys; print(sorted(m for m in sys.modules if m.startswith"
-            "(('numpy', '_cffi', 'pycds._native', 'pycds.bf16', 'cffi'))))\n")
-        r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
-        assert r.out.strip() == "[]", r
+        probe = ("import sys; print(sorted(m for m in sys.modules if m.startswith"
+                 "(('numpy', '_cffi', 'pycds._native', 'pycds.bf16', 'cffi'))))\n")
+        (tmp_path / "probe.py").write_text(probe)
+        # -c too: 3.13 imports linecache for -c (to show the command's
+        # source in tracebacks), which the DUMP run archived; it is imported
+        # plainly (finder._imported_by_interpreter).
+        for args in (["probe.py"], ["-c", probe]):
+            r = run_python(args, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+            assert r.out.strip() == "[]", (args, r)
 
     def test_quiet_share_start_up_imports_four_modules(self, tmp_path):
         # Every module imported at start-up costs each SHARE process about
