@@ -43,7 +43,8 @@ def snapshot():
     imports started (pycds._import_order: the order a SHARE run asks for
     them)."""
     # (A key that is not a str -- a program may put anything there -- names
-    # no importable module.)
+    # no importable module: left out here, so that collect() and _spec_of()
+    # see str names only.)
     return _import_order.in_start_order(
         [(name, m) for name, m in list(sys.modules.items()) if type(name) is str])
 
@@ -56,7 +57,7 @@ _MODULE_DICT = _ModuleType.__dict__["__dict__"]
 
 
 def _spec_of(name, module):
-    if type(name) is not str or not issubclass(type(module), _ModuleType):
+    if not issubclass(type(module), _ModuleType):
         return None
     try:
         spec = _MODULE_DICT.__get__(module).get("__spec__")
@@ -133,11 +134,10 @@ def _is_hook_module(name):
 
 def collect(pairs):
     """Yield ``(name, module, spec)`` for the archivable modules among
-    ``pairs``."""
+    ``pairs`` (from :func:`snapshot`: str names)."""
     seen = set()
     for name, module in pairs:
-        if type(name) is not str or name == "__main__" or name in seen \
-                or _is_hook_module(name):
+        if name == "__main__" or name in seen or _is_hook_module(name):
             continue
         spec = _spec_of(name, module)
         # (Modules a SHARE run served have the stock loader too: pycds.finder.)
