@@ -180,14 +180,24 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
             with open(origin, "rb") as f:
                 src_hash = F.source_hash(f.read())
             pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
-            pyc_mtime = pyc_st.st_mtime_ns if pyc_st is not None else 0
-            pyc_size = pyc_st.st_size if pyc_st is not None else 0
             ran = _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head)
             if ran is None and F.loader_patched():
                 # What the stock loader would make cannot be had now.
                 raise ImportError("SourceFileLoader is patched: not read again")
-            code = ran if ran is not None else \
-                SourceFileLoader(name, origin).get_code(name)
+            if ran is None:
+                code = SourceFileLoader(name, origin).get_code(name)
+                # It may have written the .pyc a later plain import reads.
+                pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
+            else:
+                code = ran
+            if pyc_kind == F.PYC_TIMESTAMP and not _pyc_trusted(pyc_head, st, src_hash):
+                # Plain import compiles the source past this .pyc: a SHARE
+                # run checks the source's bytes (pycds.finder._stale).  (A
+                # hash-based .pyc stays recorded: whether plain import checks
+                # it depends on the policy of the SHARE run.)
+                pyc_kind, pyc_st = F.PYC_NONE, None
+            pyc_mtime = pyc_st.st_mtime_ns if pyc_st is not None else 0
+            pyc_size = pyc_st.st_size if pyc_st is not None else 0
             st2 = os.stat(origin)
             if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
                 raise OSError("source changed during the dump")

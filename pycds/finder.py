@@ -15,8 +15,10 @@ object.  Everything else about the module (``__file__``, ``__cached__``,
 ``__spec__``, the loader's type, ``get_source``, ``get_data``, resource
 readers) is exactly plain import's.
 
-Anything unexpected means one warning and plain import; the finder never
-raises into the import system.  Imports only builtins and importlib (already
+Anything unexpected of the archive or of pycds itself means one warning and
+plain import; the finder raises into the import system only what the
+program raised through it (:func:`_program_raised`), as plain import's own
+code would pass it on.  Imports only builtins and importlib (already
 loaded at start-up: ``_frozen_importlib_external`` is what importlib.machinery
 re-exports); pycds._search and the native module are loaded on the first
 archive hit.
@@ -109,6 +111,38 @@ def _warn(msg):
     _log.warning(msg)
 
 
+# The code of pycds's modules has this directory in co_filename (importlib
+# sets it from the module's __file__, as for this one).
+_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
+
+
+def _program_raised(e):
+    """Whether ``e``, caught around pycds's own work in an import, is the
+    program's rather than a fault of the archive or of pycds: so it must
+    propagate, as it would out of plain import's code, and the archive
+    stays in use.
+
+    - ``RecursionError`` and ``MemoryError``: the state of the program (its
+      stack depth, its memory), met by whatever code runs at that moment.
+    - An exception whose innermost frame is not pycds's: Python code of the
+      program ran inside pycds's and raised, as a signal handler does (it
+      runs in the main thread between two bytecodes of whatever code is
+      running, importlib's or pycds's alike: a ``SIGALRM`` timeout), or a
+      trace function.  pycds's own failures (a ``pread`` of a damaged
+      file, a checksum, the native module's errors, a bug) have a frame of
+      pycds innermost, or of importlib when loading the native module
+      fails."""
+    if isinstance(e, (RecursionError, MemoryError)):
+        return True
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    return not (filename.startswith(_PACKAGE_DIR) or filename in _BOOTSTRAP_FILES)
+
+
 def _fallback(name, reason):
     f = _stats["fallbacks"]
     f[reason] = f.get(reason, 0) + 1
@@ -186,6 +220,8 @@ class _Archive:
                     return None
             code = native.load(entry)
         except Exception as e:
+            if _program_raised(e):
+                raise
             code = getattr(e, "code", 0)
             if self._native is None:
                 # Foreign build, missing native module, bad mapping: the
@@ -225,7 +261,8 @@ class _Archive:
         Imports nest, so the modules still running sit below the ones that
         are done: stop at the first still running.  What a module still
         holds (a traceback holding its frame, say) is kept by the native
-        liveness check, never by this timing.  Never raises."""
+        liveness check, never by this timing.  Raises only what the program
+        raised through it (:func:`_program_raised`)."""
         ran = self.ran
         native = self._native
         while ran and native is not None:
@@ -239,6 +276,8 @@ class _Archive:
             try:
                 _stats["released_bytes"] += native.release(entry)
             except Exception as e:
+                if _program_raised(e):
+                    raise
                 if _verbose >= 2:
                     _say(f"release {entry.name}: {e}", 2)
 
@@ -253,7 +292,23 @@ def _stale(entry, check):
         return "source is gone"
     if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
         return "source changed"
-    if entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH):
+    if entry.pyc_kind in (F.PYC_NONE, F.PYC_TIMESTAMP) and check != "hash":
+        # Plain import runs a timestamp .pyc whose header matches the
+        # source's mtime (seconds) and size, or else compiles the source.
+        # While the .pyc is the very file the dump run left, the archived
+        # code is its code.  A .pyc written, rewritten or removed since (by
+        # compileall, an installer), or none at all, means code made from
+        # the source as it is now: the archived code is that only if the
+        # source is the dumped one byte for byte.  A stat cannot tell: an
+        # edit that keeps size and mtime (clamped mtimes in a build) does.
+        try:
+            pst = os.stat(entry.pyc_path) if entry.pyc_path else None
+        except OSError:
+            pst = None
+        if (pst is None or entry.pyc_kind == F.PYC_NONE
+                or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size):
+            check = "hash"
+    elif entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH):
         # Plain import trusts (or checks) the hash-based .pyc; it must be
         # the same file, under the same policy, as at the dump.
         if _imp.check_hash_based_pycs != entry.check_hash_pycs:
@@ -481,6 +536,8 @@ class CDSFinder:
         try:
             entry = archive.index.lookup(fullname)
         except Exception as e:
+            if _program_raised(e):
+                raise
             archive.disable(f"index unreadable ({e})")
             return None
         if entry is None:

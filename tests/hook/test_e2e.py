@@ -2,6 +2,7 @@
 and the share run must really serve the modules from the archive."""
 
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -9,7 +10,7 @@ import types
 
 import pytest
 
-from conftest import dump_and_share, run_python
+from conftest import clean_env, dump_and_share, run_python
 
 
 class TestRoundTrip:
@@ -187,13 +188,24 @@ class TestPatchedLoader:
         assert "fallback b: SourceFileLoader is patched" in r.err, r
 
 
+# A module rules.py of LIMIT = <limit>, the command printing it, the archive.
+RULES_CMD = ["-c", "import rules; print(rules.LIMIT)"]
+
+
+def dumped_rules(tmp_path, limit, **env):
+    """rules.py written, then archived by a DUMP run of RULES_CMD (with
+    ``env``); returns (its path, the archive's path)."""
+    mod = tmp_path / "rules.py"
+    mod.write_text(f"LIMIT = {limit}\n")
+    img = str(tmp_path / "a.img")
+    run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img, **env)
+    return mod, img
+
+
 class TestStaleSources:
     def test_edit_after_dump_runs_new_code(self, tmp_path):
-        mod = tmp_path / "rules.py"
-        mod.write_text("LIMIT = 10\n")
-        img = str(tmp_path / "a.img")
-        cmd = ["-c", "import rules; print(rules.LIMIT)"]
-        run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        mod, img = dumped_rules(tmp_path, 10)
+        cmd = RULES_CMD
         st = os.stat(mod)
         mod.write_text("LIMIT = 999\n")
         os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
@@ -206,11 +218,8 @@ class TestStaleSources:
         # The .pyc header keeps whole seconds, so plain Python itself keeps
         # running the cached code here; pycds (ns mtime) falls back to plain
         # import and so shows exactly what plain Python shows.
-        mod = tmp_path / "rules.py"
-        mod.write_text("LIMIT = 10\n")
-        img = str(tmp_path / "a.img")
-        cmd = ["-c", "import rules; print(rules.LIMIT)"]
-        run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        mod, img = dumped_rules(tmp_path, 10)
+        cmd = RULES_CMD
         st = os.stat(mod)
         mod.write_text("LIMIT = 99\n")
         os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
@@ -223,25 +232,103 @@ class TestStaleSources:
         assert r.out == plain.out, (plain, r)
         assert any("fallback rules: source changed" in f for f in r.fallbacks())
 
-    def test_hash_check_mode_catches_restored_mtime(self, tmp_path):
-        mod = tmp_path / "rules.py"
-        mod.write_text("LIMIT = 10\n")
-        img = str(tmp_path / "a.img")
-        cmd = ["-c", "import rules; print(rules.LIMIT)"]
-        # no .pyc anywhere, so plain Python compiles the source it finds
-        run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
-                   PYTHONDONTWRITEBYTECODE=1)
+    def test_edit_keeping_stat_without_pyc_is_seen(self, tmp_path):
+        # No .pyc anywhere, so plain Python compiles the source it finds:
+        # an edit that keeps size and mtime (mtimes clamped by a build, or
+        # forged back) is what plain import runs, and so must SHARE.
+        mod, img = dumped_rules(tmp_path, 10, PYTHONDONTWRITEBYTECODE=1)
+        cmd = RULES_CMD
         st = os.stat(mod)
         mod.write_text("LIMIT = 77\n")
         os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))   # mtime forged back
+        plain = run_python(cmd, cwd=tmp_path, PYTHONDONTWRITEBYTECODE=1)
+        for check in ("mtime", "hash"):
+            r = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                           PYCDSCHECK=check, PYCDSVERBOSE=1, PYTHONDONTWRITEBYTECODE=1)
+            assert plain.out.strip() == r.out.strip() == "77", (check, plain, r)
+            assert any("source hash differs" in f for f in r.fallbacks()), r
+
+    def test_edit_keeping_stat_with_a_rewritten_pyc_is_seen(self, tmp_path):
+        # A release keeps the source's size and (clamped) mtime and its
+        # installer compiles the .pyc again: plain import runs the new .pyc.
+        lib = tmp_path / "lib"
+        lib.mkdir()
+        mod = lib / "mylib.py"
+        mod.write_text('VERSION = "1.0.1"\n')
+        os.utime(mod, (1700000000, 1700000000))
+        compileall = [sys.executable, "-m", "compileall", "-q", str(lib)]
+        subprocess.run(compileall, check=True, env=clean_env())
+        img = str(tmp_path / "a.img")
+        cmd = ["-c", "import mylib; print(mylib.VERSION)"]
+        d = run_python(cmd, cwd=tmp_path, PYTHONPATH=str(lib), PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=img)
+        assert d.out.strip() == "1.0.1", d
+        # Unchanged: served, the .pyc's stat is all it takes.
+        r = run_python(cmd, cwd=tmp_path, PYTHONPATH=str(lib), PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.out.strip() == "1.0.1" and "mylib" in r.served(), r
+        mod.write_text('VERSION = "1.0.2"\n')
+        os.utime(mod, (1700000000, 1700000000))
+        subprocess.run(compileall[:3] + ["-f"] + compileall[3:], check=True,
+                       env=clean_env())
+        plain = run_python(cmd, cwd=tmp_path, PYTHONPATH=str(lib))
+        r = run_python(cmd, cwd=tmp_path, PYTHONPATH=str(lib), PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert plain.out.strip() == r.out.strip() == "1.0.2", (plain, r)
+        assert any("source hash differs" in f for f in r.fallbacks()), r
+        # The .pyc compiled again from the same source: served again.
+        mod.write_text('VERSION = "1.0.1"\n')
+        os.utime(mod, (1700000000, 1700000000))
+        subprocess.run(compileall[:3] + ["-f"] + compileall[3:], check=True,
+                       env=clean_env())
+        r = run_python(cmd, cwd=tmp_path, PYTHONPATH=str(lib), PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.out.strip() == "1.0.1" and "mylib" in r.served(), r
+
+    def test_edit_keeping_stat_past_a_stale_pyc_is_seen(self, tmp_path):
+        # A .pyc of an older source that plain import cannot replace (here:
+        # bytecode writing off) is passed over: plain import compiles the
+        # source at every run, so a same-stat edit is what it runs.
+        import py_compile
+        mod = tmp_path / "rules.py"
+        mod.write_text("LIMIT = 1\n")
+        py_compile.compile(str(mod), doraise=True)
+        mod.write_text("LIMIT = 22\n")          # the .pyc's header is stale now
+        img = str(tmp_path / "a.img")
+        cmd = ["-c", "import rules; print(rules.LIMIT)"]
+        d = run_python(cmd, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img,
+                       PYTHONDONTWRITEBYTECODE=1)
+        assert d.out.strip() == "22", d
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 33\n")
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))
+        plain = run_python(cmd, cwd=tmp_path, PYTHONDONTWRITEBYTECODE=1)
+        r = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, PYTHONDONTWRITEBYTECODE=1)
+        assert plain.out.strip() == r.out.strip() == "33", (plain, r)
+        assert any("source hash differs" in f for f in r.fallbacks()), r
+
+    def test_forged_mtime_with_the_dumped_pyc_runs_what_plain_runs(self, tmp_path):
+        # With the .pyc the dump saw still in place, plain import trusts
+        # its header (source mtime in seconds and size) and runs the old
+        # code: the default mode serves the same; PYCDSCHECK=hash reads the
+        # source, sees the edit and leaves the module to plain import,
+        # which runs that .pyc all the same.
+        mod, img = dumped_rules(tmp_path, 10)
+        cmd = RULES_CMD
+        assert list(tmp_path.glob("__pycache__/rules.*.pyc"))
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 77\n")
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))
+        plain = run_python(cmd, cwd=tmp_path)
         default = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
-                             PYTHONDONTWRITEBYTECODE=1)
+                             PYCDSVERBOSE=1)
         hashed = run_python(cmd, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
-                            PYCDSCHECK="hash", PYCDSVERBOSE=1, PYTHONDONTWRITEBYTECODE=1)
-        assert hashed.out.strip() == "77", hashed
-        assert any("source hash differs" in f for f in hashed.fallbacks())
-        # the documented limit of the default mode: a forged mtime is trusted
-        assert default.out.strip() == "10"
+                            PYCDSCHECK="hash", PYCDSVERBOSE=1)
+        assert plain.out.strip() == default.out.strip() == hashed.out.strip() == "10", \
+            (plain, default, hashed)
+        assert "rules" in default.served(), default
+        assert any("source hash differs" in f for f in hashed.fallbacks()), hashed
 
     def test_deleted_source_falls_back(self, tmp_path):
         (tmp_path / "gone.py").write_text("print('here')\n")
@@ -265,6 +352,110 @@ class TestStaleSources:
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert r.out.strip() == "override", r
         assert any("resolves to another file" in f for f in r.fallbacks())
+
+
+class TestProgramExceptions:
+    """What the program raises while pycds's code runs inside an import (a
+    signal handler, a trace function, its stack depth) propagates as out of
+    plain import's code, and the archive stays in use: it is no fault of
+    the archive (finder._program_raised)."""
+
+    MODULES = ["json", "email.message", "argparse", "decimal", "csv", "string",
+               "textwrap", "calendar", "fractions", "difflib", "pprint", "shlex"]
+
+    def _dump(self, tmp_path):
+        img = str(tmp_path / "a.img")
+        d = run_python(["-c", "import " + ", ".join(self.MODULES)], cwd=tmp_path,
+                       PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert d.rc == 0, d
+        return img
+
+    REPORT = textwrap.dedent("""
+        import pycds.finder as f
+        print("disabled", f._installed.archive.disabled, "served", f.stats()["served"])
+    """)
+
+    def test_trace_function_exception_propagates(self, tmp_path):
+        img = self._dump(tmp_path)
+        prog = textwrap.dedent("""
+            import sys
+            class Stop(Exception):
+                pass
+            def tracer(frame, event, arg):
+                if event == "call" and frame.f_code.co_name == "lookup" \\
+                        and frame.f_code.co_filename.endswith("_format.py"):
+                    raise Stop("from the trace function")
+                return None
+            sys.settrace(tracer)
+            try:
+                import json
+            except Stop as e:
+                print("raised", e)
+            sys.settrace(None)
+            import csv
+        """) + self.REPORT
+        r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.rc == 0 and r.warnings() == [], r
+        lines = r.out.splitlines()
+        assert lines[0] == "raised from the trace function", r
+        disabled, served = lines[-1].split()[1::2]
+        assert disabled == "False" and int(served) >= 1, r
+
+    def test_recursion_error_keeps_the_archive(self, tmp_path):
+        img = self._dump(tmp_path)
+        prog = textwrap.dedent("""
+            import sys
+            def dive(n):
+                if n:
+                    return dive(n - 1)
+                try:
+                    import json
+                    return True
+                except RecursionError:
+                    return False
+            d = sys.getrecursionlimit() - 20
+            hit = 0
+            while not dive(d):
+                hit += 1
+                d -= 5
+            print("recursion errors", hit)
+            import email.message, argparse, decimal
+        """) + self.REPORT
+        r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.rc == 0 and r.warnings() == [], r
+        assert int(r.out.split()[2]) >= 1, r      # the import did hit the limit
+        disabled, served = r.out.splitlines()[-1].split()[1::2]
+        assert disabled == "False" and int(served) >= 4, r
+
+    def test_signal_handler_exception_propagates(self, tmp_path):
+        img = self._dump(tmp_path)
+        prog = textwrap.dedent(f"""
+            import importlib, signal, sys
+            class Timeout(Exception):
+                pass
+            def on_alarm(sig, frame):
+                raise Timeout()
+            signal.signal(signal.SIGALRM, on_alarm)
+            names = {self.MODULES!r}
+            timeouts = 0
+            for i in range(200):
+                name = names[i % len(names)]
+                sys.modules.pop(name, None)
+                try:
+                    signal.setitimer(signal.ITIMER_REAL, 0.00002 * (1 + i % 40))
+                    try:
+                        importlib.import_module(name)
+                    finally:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+                except Timeout:
+                    timeouts += 1
+            print("timeouts", timeouts)
+        """) + self.REPORT
+        r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.rc == 0 and r.warnings() == [], r
+        assert int(r.out.split()[1]) >= 1, r
+        disabled, _ = r.out.splitlines()[-1].split()[1::2]
+        assert disabled == "False", r
 
 
 class TestStartUpImports:
