@@ -386,7 +386,8 @@ bf16k_im2col_nhwc(const uint16_t *x, int64_t n, int64_t h, int64_t w, int64_t c,
                   int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
                   uint16_t *cols, int64_t cols_len)
 {
-    if (x == NULL || cols == NULL || n < 0 || h <= 0 || w <= 0 || c <= 0
+    if (cols == NULL || n < 0 || h < 0 || w < 0 || c <= 0
+            || (x == NULL && n > 0 && h > 0 && w > 0)
             || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0
             || dh <= 0 || dw <= 0) {
         return BF16K_E_ARG;
@@ -399,6 +400,11 @@ bf16k_im2col_nhwc(const uint16_t *x, int64_t n, int64_t h, int64_t w, int64_t c,
     int64_t oh = eh / sh + 1, ow = ew / sw + 1, m = n * oh * ow;
     if (cols_len / ((int64_t)kh * kw * c) < m) {
         return BF16K_E_ARG;   /* cols too short */
+    }
+    if (h == 0 || w == 0) {
+        /* An empty image: every tap is padding. */
+        memset(cols, 0, (size_t)(m * kh * kw * c) * sizeof(uint16_t));
+        return BF16K_OK;
     }
     im2col_job j0 = {x, h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, 0, m, cols};
     im2col_job j1 = j0;
@@ -1071,7 +1077,8 @@ run_threads(gemm_t *g, int nt)
     return atomic_load(&g->rc);
 }
 
-/* C = beta * C when K == 0 (no products). */
+/* C = beta * C when there are no products to add (K == 0 or alpha == 0);
+ * beta == 0 writes zeros without reading C. */
 static void
 scale_c(int64_t m, int64_t n, float beta, float *c, int64_t ldc)
 {
@@ -1118,12 +1125,15 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
     if (ep == NULL && c == NULL) {
         return BF16K_E_ARG;
     }
-    if (k == 0 && ep == NULL) {
+    if ((k == 0 || alpha == 0.0f) && ep == NULL) {
+        /* BLAS quick return (reference sgemm; OpenBLAS's level-3 driver):
+         * C := beta*C, A and B not read, so inf or NaN in them (or a NaN
+         * alpha with K == 0) does not reach C. */
         scale_c(m, n, beta, c, ldc);
         return BF16K_OK;
     }
-    if (k == 0) {
-        /* No products: the post-ops of zero. */
+    if (k == 0 || alpha == 0.0f) {
+        /* No products (as above): the post-ops of zero. */
         float zero[64] = {0};
         for (int64_t i = 0; i < m; i++) {
             for (int64_t j = 0; j < n; j += 64) {

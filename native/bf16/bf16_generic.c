@@ -39,12 +39,22 @@ generic_kern(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
     memset(acc, 0, sizeof(acc));
     for (int64_t p = 0; p < ku; p++) {
         const uint16_t *bq = bp + p * (NR * KU);
+        /* The k-unit of each row, read one row at a time and only for the
+         * mr rows that exist: A read in place ends at row mr - 1 of the
+         * last tile.  (With the loads inside the multiply loop below, gcc
+         * 12 at -O3 vectorized that loop over rows and read a row past the
+         * end of A: a fault when A ended at an unmapped page.)  The rows
+         * past mr multiply zeros and are never stored. */
+        float a0[MR] = {0}, a1[MR] = {0};
         for (i = 0; i < mr; i++) {
             const uint16_t *aq = ap + p * a_ps + i * a_rs;
-            float a0 = widen(aq[0]), a1 = widen(aq[1]);
+            a0[i] = widen(aq[0]);
+            a1[i] = widen(aq[1]);
+        }
+        for (i = 0; i < MR; i++) {
             for (j = 0; j < NR; j++) {
-                acc[i][j] += a1 * widen(bq[KU * j + 1]);
-                acc[i][j] += a0 * widen(bq[KU * j]);
+                acc[i][j] += a1[i] * widen(bq[KU * j + 1]);
+                acc[i][j] += a0[i] * widen(bq[KU * j]);
             }
         }
     }

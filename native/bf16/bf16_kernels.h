@@ -113,7 +113,8 @@ int bf16k_packed_layout(void);
  * op(A) (m x k): element (i, kk) at a[i*a_rs + kk*a_cs].
  * bp: B packed by bf16k_pack_b for (k, n), bp_len uint16, made for layout
  * `layout` (BF16K_E_LAYOUT if that is not the selected kernel's).
- * c: m x n float32, element (i, j) at c[i*ldc + j].  beta == 0: not read. */
+ * c: m x n float32, element (i, j) at c[i*ldc + j].  beta == 0: not read.
+ * k == 0 or alpha == 0: C := beta * C and a, bp are not read (BLAS). */
 int bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
                         const uint16_t *a, int64_t a_rs, int64_t a_cs,
                         const uint16_t *bp, int64_t bp_len, int layout,
@@ -126,7 +127,8 @@ int bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
  * (NaN stays NaN); with relu, negative results, -0 and NaNs with the sign
  * bit become +0 (ReLU on the rounded bits).  out: m x n uint16 at
  * out[i*ldo + j]; it may be res itself (ldo == ldr), as each element of res
- * is read before that element of out is written.  No fp32 C is exposed. */
+ * is read before that element of out is written.  No fp32 C is exposed.
+ * k == 0 or alpha == 0: the post-ops of a zero product (a, bp not read). */
 int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
                        const uint16_t *a, int64_t a_rs, int64_t a_cs,
                        const uint16_t *bp, int64_t bp_len, int layout,
@@ -136,7 +138,8 @@ int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
 /* im2col of an NHWC BF16 image (x: n x h x w x c, C-contiguous) into
  * cols ((n*oh*ow) x (kh*kw*c), C-contiguous, cols_len uint16 at least):
  * row (n, oy, ox), columns (ky, kx, ci), zeros in the padding; the layout
- * of pycds.bf16.im2col.im2col(..., "NHWC").  Two threads for large images. */
+ * of pycds.bf16.im2col.im2col(..., "NHWC").  Two threads for large images.
+ * h or w may be 0 (all padding: cols is zeroed, x is not read). */
 int bf16k_im2col_nhwc(const uint16_t *x, int64_t n, int64_t h, int64_t w, int64_t c,
                       int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
                       uint16_t *cols, int64_t cols_len);

@@ -52,10 +52,10 @@ def to_bf16(x, rounding="nearest", out="uint16"):
     Parameters
     ----------
     x : array_like of float32, any shape
-        Values to convert.  Other real dtypes are first cast to float32 by
-        numpy (float64 input is therefore rounded twice; pass float32 for
-        single rounding).  An ``ml_dtypes.bfloat16`` array is returned as
-        its bit patterns unchanged.
+        Values to convert.  Other floating and integer dtypes are first cast
+        to float32 by numpy (float64 input is therefore rounded twice; pass
+        float32 for single rounding).  An ``ml_dtypes.bfloat16`` array is
+        returned as a copy of its bit patterns.
     rounding : {"nearest", "truncate"}
         ``"nearest"``: IEEE 754 roundTiesToEven on the 16 dropped bits, as
         ``vcvtneps2bf16``, PyTorch and ml_dtypes do.  Finite values whose
@@ -69,7 +69,8 @@ def to_bf16(x, rounding="nearest", out="uint16"):
     Returns
     -------
     ndarray of uint16 (or ml_dtypes.bfloat16), shape ``x.shape``
-        BF16 bit patterns, C-contiguous.  Any NaN becomes the canonical quiet
+        BF16 bit patterns, C-contiguous, always a new array (a 0-d array for
+        a scalar `x`, NaN included).  Any NaN becomes the canonical quiet
         NaN ``sign | 0x7FC0`` (quiet bit set; payload not kept), as
         ml_dtypes does; +-inf, +-0 and signs are kept.
 
@@ -77,8 +78,10 @@ def to_bf16(x, rounding="nearest", out="uint16"):
     ------
     ValueError
         If `rounding` or `out` is not one of the allowed values, or `x` is
-        complex, or `x` is uint16 (reserved for BF16 bit patterns: use
-        :func:`to_float32` on those, or cast integers to float32 first).
+        not real numbers: complex, bool, strings, datetimes, objects
+        (``None`` included); or if `x` is uint16 (reserved for BF16 bit
+        patterns: use :func:`to_float32` on those, or cast integers to
+        float32 first).
 
     Notes
     -----
@@ -94,21 +97,22 @@ def to_bf16(x, rounding="nearest", out="uint16"):
     if out not in _OUTS:
         raise ValueError(f"out must be one of {_OUTS}, got {out!r}")
     x = np.asarray(x)
-    if x.dtype.kind == "c":
-        raise ValueError(f"x must be real, got dtype {x.dtype}")
-    if x.dtype == np.uint16 or x.dtype.name == "bfloat16":
-        if x.dtype == np.uint16:
-            raise ValueError(
-                "x has dtype uint16, which this API reserves for BF16 bit "
-                "patterns; cast to float32 first to convert integers"
-            )
-        bits = np.asarray(x, order="C").view(np.uint16)
+    if x.dtype == np.uint16:
+        raise ValueError(
+            "x has dtype uint16, which this API reserves for BF16 bit "
+            "patterns; cast to float32 first to convert integers"
+        )
+    if x.dtype.name == "bfloat16":
+        bits = np.array(x.view(np.uint16), order="C")  # a copy, as documented
+    elif x.dtype.kind not in "fiu":
+        raise ValueError(f"x must be real (floating or integer), got dtype {x.dtype}")
     else:
         f = np.asarray(x, dtype=np.float32, order="C")  # keeps 0-d shape
         if _lib is not None and f.size >= _NATIVE_MIN:
             bits = _native_from_f32(f, rounding)
         else:
-            bits = _round_bits(f.view(np.uint32), rounding)
+            # 1-D while rounding: numpy arithmetic on 0-d arrays gives scalars
+            bits = _round_bits(f.reshape(-1).view(np.uint32), rounding).reshape(f.shape)
     if out == "ml_dtypes":
         return bits.view(_ml_bfloat16())
     return bits
@@ -139,7 +143,7 @@ def _native_to_f32(b):
 
 
 def _round_bits(u, rounding):
-    # u: uint32 bit patterns of float32, any shape -> uint16, same shape.
+    # u: uint32 bit patterns of float32, at least 1-D -> uint16, same shape.
     mag = u & np.uint32(0x7FFFFFFF)
     if rounding == "nearest":
         r = u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))

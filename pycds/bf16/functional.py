@@ -148,6 +148,19 @@ def _check4d(x, name="x", layout="NCHW"):
         raise ValueError(f"{name} must be 4-D {layout}, got shape {x.shape}")
 
 
+def _check_bias(bias, n):
+    # None, or a real array of shape (n,) -> None or (n,) float32 (a copy
+    # only when it is not float32 already).  No broadcasting.
+    if bias is None:
+        return None
+    b = np.asarray(bias)
+    if b.dtype.kind not in "fiu" and b.dtype.name != "bfloat16":
+        raise ValueError(f"bias must be real (float), got dtype {b.dtype}")
+    if b.shape != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {b.shape}")
+    return np.asarray(b, dtype=np.float32)
+
+
 # --------------------------------------------------------------------------
 # convolution
 
@@ -238,7 +251,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="N
         Weights (PyTorch layout).  Pass a :class:`PackedConv` from
         :func:`pack_conv_weight` to skip the per-call reorder and packing.
     bias : ndarray of float32, shape (K,), optional
-        Added in fp32.
+        Added in fp32 (other real dtypes are cast; no broadcasting).
     stride, padding, dilation : int or (int, int)
         ``(SH, SW)``, ``(PH, PW)`` (zeros), ``(DH, DW)``.
     groups : int
@@ -262,8 +275,12 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="N
     ------
     ValueError
         On rank, channel or group mismatch (message gives got vs expected),
-        if the kernel does not fit the padded input, or if `residual` has
-        the wrong shape.
+        if the kernel does not fit the padded input, if `bias` is not a real
+        array of shape (K,), if `residual` has the wrong shape, or if
+        `stride`, `padding` or `dilation` is negative or not a pair.
+    TypeError
+        If `stride`, `padding` or `dilation` is not an int or a pair of
+        ints (see :func:`pycds.bf16.im2col.im2col`).
 
     Notes
     -----
@@ -337,14 +354,17 @@ def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, resi
     Raises
     ------
     ValueError
-        As :func:`conv2d`, and if `residual` is not C-contiguous BF16 of the
-        output's shape.
+        As :func:`conv2d` (a `bias` that is not of shape (K,) included), and
+        if `residual` is not C-contiguous BF16 of the output's shape.
+    TypeError
+        As :func:`conv2d`.
     """
     xb = np.ascontiguousarray(as_bf16(x))  # (N, H, W, C) uint16
     _check4d(xb, "x", "NHWC")
     N, H, W, C = xb.shape
     pw, S, P, D, OH, OW = _conv_geometry(xb.shape, w, groups, stride, padding, dilation)
     (KH, KW), K = pw.kernel_size, pw.out_channels
+    bias = _check_bias(bias, K)  # (K,) float32 or None
     if residual is not None:
         residual = as_bf16(residual)
         if residual.shape != (N, OH, OW, K) or not residual.flags.c_contiguous:
@@ -355,7 +375,6 @@ def conv2d_bf16(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, resi
     else:
         res = None
         out = np.empty((N * OH * OW, K), dtype=np.uint16)
-    bias = None if bias is None else np.asarray(bias, dtype=np.float32)
     Cg, Kg = C // groups, K // groups
     for g in range(groups):
         xg = xb if groups == 1 else xb[..., g * Cg:(g + 1) * Cg]
@@ -388,9 +407,7 @@ def _conv_geometry(shape, w, groups, stride, padding, dilation):
 def _accumulator(residual, bias, shape, layout):
     # The sbgemm C operand (M, K) float32 and its beta: bias broadcast, plus residual.
     N, OH, OW, K = shape
-    bias = None if bias is None else np.asarray(bias, dtype=np.float32)
-    if bias is not None and bias.shape != (K,):
-        raise ValueError(f"bias must have shape ({K},), got {bias.shape}")
+    bias = _check_bias(bias, K)  # (K,) float32 or None
     if residual is None:
         if bias is None:
             return np.empty((N * OH * OW, K), dtype=np.float32), 0.0
@@ -445,6 +462,7 @@ def linear(x, w, bias=None):
     w : ndarray of float32 or BF16, shape (out_features, in_features); or PackedB
         PyTorch ``Linear.weight`` layout, or :func:`pack_linear_weight` output.
     bias : ndarray of float32, shape (out_features,), optional
+        Added in fp32 (other real dtypes are cast; no broadcasting).
 
     Returns
     -------
@@ -453,7 +471,8 @@ def linear(x, w, bias=None):
     Raises
     ------
     ValueError
-        If `x` is not 2-D or the feature sizes differ.
+        If `x` is not 2-D, the feature sizes differ, or `bias` is not a real
+        array of shape (out_features,).
     """
     x = np.asarray(x)
     if x.ndim != 2:
@@ -461,11 +480,12 @@ def linear(x, w, bias=None):
     pw = w if isinstance(w, PackedB) else pack_linear_weight(w)
     if x.shape[1] != pw.k:
         raise ValueError(f"x has {x.shape[1]} features, weight expects in_features={pw.k}")
+    bias = _check_bias(bias, pw.n)  # (out_features,) float32 or None
     xb = np.ascontiguousarray(as_bf16(x))  # (N, in_features) uint16
     if bias is None:
         return sbgemm(xb, pw)  # (N, out_features)
     out = np.empty((x.shape[0], pw.n), dtype=np.float32)
-    out[...] = np.asarray(bias, dtype=np.float32)  # (N, out_features) <- (out_features,)
+    out[...] = bias  # (N, out_features) <- (out_features,)
     return sbgemm(xb, pw, c=out, beta=1.0)
 
 
@@ -608,14 +628,18 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, layout="NCHW"
 
     Returns
     -------
-    ndarray of float32, shape (N, C, OH, OW) or (N, OH, OW, C)
+    ndarray, dtype of `x` (float32 for float32 input), shape (N, C, OH, OW) or (N, OH, OW, C)
         ``OH = (H + 2*PH - DH*(KH-1) - 1)//SH + 1``; C-contiguous in `layout`.
+        Pooling only selects values, so they are `x`'s, exactly.
 
     Raises
     ------
     ValueError
-        If `x` is not 4-D, padding exceeds half the kernel, or the window
-        does not fit.
+        If `x` is not 4-D, padding exceeds half the kernel, the window
+        does not fit, or a parameter is negative or not a pair.
+    TypeError
+        If `kernel_size`, `stride`, `padding` or `dilation` is not an int or
+        a pair of ints (see :func:`pycds.bf16.im2col.im2col`).
 
     Notes
     -----
@@ -660,7 +684,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True, l
 
     Raises
     ------
-    ValueError
+    ValueError, TypeError
         As :func:`max_pool2d`.
     """
     x, (KH, KW), S, P, D, O = _pool_geometry(x, kernel_size, stride, padding, 1, layout)
@@ -710,6 +734,8 @@ def adaptive_avg_pool2d(x, output_size, layout="NCHW"):
     ------
     ValueError
         If `x` is not 4-D or `output_size` is not positive.
+    TypeError
+        If `output_size` is not an int or a pair of ints.
 
     Notes
     -----

@@ -304,8 +304,15 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
         Output; updated in place when given (any strides).  If None a new
         array is returned and `beta` is ignored.
     alpha, beta : float
-        Scalars (converted to fp32).  With ``beta == 0`` `c` is not read, so
-        NaN/inf in it do not propagate (BLAS convention).
+        Scalars (converted to fp32 first: an alpha that underflows fp32 is
+        0).  With ``beta == 0`` `c` is not read, so NaN/inf in it do not
+        propagate.  With ``alpha == 0`` or ``K == 0`` the result is
+        ``beta * C`` (zeros if ``beta == 0``) and the values of `a` and `b`
+        are not used, so inf/NaN in them (or a NaN `alpha` with ``K == 0``)
+        do not propagate.
+        Both are the BLAS convention: the reference BLAS ``sgemm``'s quick
+        return, which OpenBLAS's level-3 driver behind ``cblas_sbgemm``
+        follows.
     trans_a, trans_b : bool
         Use the transpose of `a` / `b`.
 
@@ -334,8 +341,8 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     ``K * 2**-126 * max|operand|``.
     """
     op_a, b, m, n, k = _check_args(a, b, c, trans_a, trans_b)
-    alpha = float(alpha)
-    beta = float(beta)
+    alpha = _fp32(alpha)
+    beta = _fp32(beta)
     out = c if c is not None else np.empty((m, n), dtype=np.float32)
     if c is None:
         beta = 0.0
@@ -354,6 +361,12 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     if not direct:
         out[...] = dst
     return out
+
+
+def _fp32(x):
+    # A scalar rounded to fp32 (what the kernels use), as a Python float.
+    with np.errstate(over="ignore"):
+        return float(np.float32(x))
 
 
 def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0,
@@ -376,15 +389,20 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     bias : ndarray of float32, shape (N,), optional
         Added in fp32 to every row.
     residual : ndarray of uint16 (BF16 bits), shape (M, N), optional
-        Added in fp32 (a ResNet shortcut).  May be `out` itself.
+        Added in fp32 (a ResNet shortcut).  May be `out` itself.  Unit
+        column stride, any row stride.
     relu : bool
         ReLU on the rounded value: negative results, -0 and NaNs with the
         sign bit become +0 (as :func:`pycds.bf16.functional.relu_bf16`).
     out : ndarray of uint16, shape (M, N), C-contiguous rows, optional
         Written with the result (rows may be a strided slice of a wider
-        array: row stride ``out.strides[0]``).
+        array: row stride ``out.strides[0]``).  Rows that are reversed or
+        overlap (row stride below N, e.g. ``x[::-1]``) go through a
+        temporary copy, with the same result.
     alpha : float
-        Scale of the product.
+        Scale of the product (converted to fp32).  ``alpha == 0`` or
+        ``K == 0``: the post-ops of a zero product, the values of `a` and
+        `b` not used (as :func:`sbgemm`).
 
     Returns
     -------
@@ -394,7 +412,9 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     Raises
     ------
     ValueError
-        On shape or dtype mismatch (message gives got vs expected).
+        On shape or dtype mismatch (message gives got vs expected), or if
+        `out` / `residual` do not have unit column stride, or `out` is
+        read-only.
     Bf16KernelError
         If the native kernel reports an error (e.g. out of memory).
 
@@ -420,23 +440,39 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
             (m and n and (out.strides[1] != 2 or out.strides[0] % 2)) or not out.flags.writeable:
         raise ValueError(f"out must be writable uint16 of shape ({m}, {n}) with unit column "
                          f"stride, got {out.dtype} {out.shape}")
+    alpha = _fp32(alpha)
     if _kernel == "fallback" or m == 0 or n == 0:
         acc = np.empty((m, n), dtype=np.float32)
         if m and n:
-            _fallback(op_a, b, acc, m, n, k, float(alpha), 0.0, False)
+            _fallback(op_a, b, acc, m, n, k, alpha, 0.0, False)
         return _post_ops(acc, bias, res, relu, out)
     a_st, a_rs, a_cs, b = _native_operands(op_a, b, trans_a, False)
-    ldo = out.strides[0] // 2 if m > 1 else n
+    # The C side takes rows `ld` >= n elements apart: reversed or overlapping
+    # rows go through a copy (the residual is read before `out` is written,
+    # so a residual that is `out` itself is still right).
+    if res is not None and not _rows_apart(res):
+        res = np.ascontiguousarray(res)  # (M, N)
+    dst = out if _rows_apart(out) else np.empty((m, n), dtype=np.uint16)
+    ldo = dst.strides[0] // 2 if m > 1 else n
     ldr = (res.strides[0] // 2 if m > 1 else n) if res is not None else 0
     _check(_lib.bf16k_sbgemm_fused(
-        m, n, k, float(alpha),
+        m, n, k, alpha,
         _ffi.cast("const uint16_t *", _ffi.from_buffer(a_st)), a_rs, a_cs,
         _ffi.cast("const uint16_t *", _ffi.from_buffer(b.data)), b.data.size, b._layout_id,
         _ffi.cast("const float *", _ffi.from_buffer(bias)) if bias is not None else _ffi.NULL,
         _ffi.cast("const uint16_t *", _ffi.from_buffer(_base_view(res))) if res is not None
         else _ffi.NULL, ldr, int(bool(relu)),
-        _ffi.cast("uint16_t *", _ffi.from_buffer(_base_view(out), require_writable=True)), ldo))
+        _ffi.cast("uint16_t *", _ffi.from_buffer(_base_view(dst), require_writable=True)), ldo))
+    if dst is not out:
+        out[...] = dst
     return out
+
+
+def _rows_apart(x):
+    # True if the rows of 2-D uint16 `x` (unit column stride) are at least a
+    # row's length apart, in increasing order: what the C side's `ld` takes.
+    m, n = x.shape
+    return m <= 1 or x.strides[0] >= 2 * n
 
 
 def _base_view(x):
@@ -479,6 +515,13 @@ def _native_operands(op_a, b, trans_a, trans_b):
 
 def _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b):
     # op_a: (M, K) uint16 view; b: PackedB or uint16 array; out: (M, N) fp32.
+    if k == 0 or alpha == 0.0:
+        # BLAS quick return (see sbgemm): C := beta*C, A and B not read.
+        if beta == 0.0:
+            out[...] = 0.0
+        else:
+            out *= np.float32(beta)
+        return out
     if isinstance(b, PackedB):
         op_b = b.to_rowmajor()  # (K, N)
     else:

@@ -32,6 +32,8 @@ skips the padded copy of the image and numpy's six-dimensional strided copy
 numpy path, and both give the same matrix.
 """
 
+import operator
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -40,17 +42,34 @@ __all__ = ["conv_output_size", "pad2d", "im2col", "col2im", "LAYOUTS"]
 LAYOUTS = ("NCHW", "NHWC")
 
 
+def _int(e, name, v):
+    # An int (operator.index: Python and numpy integers), never a bool.
+    if isinstance(e, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int or a pair of ints, got {v!r}")
+    try:
+        return operator.index(e)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a pair of ints, got {v!r}") from None
+
+
+# int or pair of ints -> (int, int).  TypeError for anything that is not an
+# integer (floats, bools, strings, None); ValueError for a sequence that is
+# not a pair, or a negative value (the callers check the lower bounds).
 def _pair(v, name):
-    # int or 2-sequence -> (int, int); rejects negatives, bools and junk.
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        v = (int(v), int(v))
-    else:
+    if isinstance(v, (str, bytes)):
+        raise TypeError(f"{name} must be an int or a pair of ints, got {v!r}")
+    try:
+        v = (_int(v, name, v),) * 2
+    except TypeError:
         try:
-            v = tuple(int(e) for e in v)
+            items = list(v)
         except TypeError:
+            raise TypeError(f"{name} must be an int or a pair of ints, got {v!r}") from None
+        if len(items) != 2:
             raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}") from None
-        if len(v) != 2:
-            raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
+        v = tuple(_int(e, name, v) for e in items)
+    if v[0] < 0 or v[1] < 0:
+        raise ValueError(f"{name} must be non-negative, got {v!r}")
     return v
 
 
@@ -119,6 +138,13 @@ def pad2d(x, P, value=0, layout="NCHW"):
     -------
     ndarray, same dtype, shape (N, C, H + 2*PH, W + 2*PW) or (N, H + 2*PH, W + 2*PW, C)
         A new C-contiguous array; `x` itself when ``PH == PW == 0``.
+
+    Raises
+    ------
+    ValueError
+        If `layout` is unknown or `P` is negative or not a pair.
+    TypeError
+        If `P` is not an int or a pair of ints.
     """
     _check_layout(layout)
     PH, PW = _pair(P, "padding")
@@ -184,8 +210,13 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW", out=N
     Raises
     ------
     ValueError
-        If `x` is not 4-D, `layout` is unknown, or the window does not fit
-        (see `conv_output_size`).
+        If `x` is not 4-D, `layout` is unknown, a parameter is negative or a
+        sequence of other than two ints, or the window does not fit (see
+        `conv_output_size`).
+    TypeError
+        If `kernel_size`, `stride`, `padding` or `dilation` is not an int or
+        a pair of ints (floats, bools and strings are refused, as PyTorch
+        does; numpy integers are ints).
 
     See Also
     --------
@@ -240,7 +271,7 @@ def _im2col_native(x, kernel_size, stride, padding, dilation, m, out=None):
                                KH, KW, SH, SW, PH, PW, DH, DW,
                                ffi.cast("uint16_t *", ffi.from_buffer(cols, require_writable=True)),
                                cols.size)
-    if rc != 0:   # only on arguments the checks above already refused
+    if rc != 0:   # arguments im2col's own checks let through but C refuses
         raise ValueError(f"bf16k_im2col_nhwc: {ffi.string(lib.bf16k_strerror(rc)).decode()}")
     return cols
 
@@ -267,7 +298,10 @@ def col2im(cols, x_shape, kernel_size, stride=1, padding=0, dilation=1, layout="
     Raises
     ------
     ValueError
-        If `cols` does not have the shape `im2col` would give for `x_shape`.
+        If `cols` does not have the shape `im2col` would give for `x_shape`,
+        or for bad parameters as `im2col`.
+    TypeError
+        For non-integer parameters, as `im2col`.
 
     Notes
     -----

@@ -42,12 +42,9 @@ def _uniform_init(rng, shape, fan_in):
 
 
 def _as_bias(bias, n):
-    if bias is None:
-        return None
-    b = np.ascontiguousarray(bias, dtype=np.float32)
-    if b.shape != (n,):
-        raise ValueError(f"bias must have shape ({n},), got {b.shape}")
-    return b
+    # None or (n,) float32, C-contiguous; ValueError as functional's checks.
+    b = F._check_bias(bias, n)
+    return None if b is None else np.ascontiguousarray(b)
 
 
 class Conv2d:
@@ -76,6 +73,16 @@ class Conv2d:
         BF16 bit patterns.  Assigning any float32/BF16 array of that shape
         rounds it to BF16 and re-packs it (the only time packing happens).
     bias : ndarray of float32, shape (K,), or None
+        Checked when the layer runs (ValueError for another shape).
+
+    Raises
+    ------
+    ValueError
+        If the channels are not divisible by `groups`, `layout` is unknown,
+        or a geometry parameter is negative or not a pair.
+    TypeError
+        If `kernel_size`, `stride`, `padding` or `dilation` is not an int or
+        a pair of ints (see :func:`pycds.bf16.im2col.im2col`).
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
@@ -120,7 +127,7 @@ class Conv2d:
         Raises
         ------
         ValueError
-            If `weight` is not 4-D or `bias` has the wrong length.
+            If `weight` is not 4-D or `bias` is not real or not of shape (K,).
         """
         weight = np.asarray(weight)
         if weight.ndim != 4:
@@ -183,6 +190,7 @@ class Linear:
     weight : ndarray of uint16, shape (out_features, in_features)
         BF16 bit patterns; assigning re-packs.
     bias : ndarray of float32, shape (out_features,), or None
+        Checked when the layer runs (ValueError for another shape).
     """
 
     def __init__(self, in_features, out_features, bias=True, rng=None):
@@ -210,7 +218,8 @@ class Linear:
         Raises
         ------
         ValueError
-            If `weight` is not 2-D or `bias` has the wrong length.
+            If `weight` is not 2-D or `bias` is not real or not of shape
+            (out_features,).
         """
         weight = np.asarray(weight)
         if weight.ndim != 2:

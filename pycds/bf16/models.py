@@ -28,12 +28,15 @@ models run NHWC internally (one transpose of the input) and return what
 torchvision returns.
 
 State-dict values may be float32/float64/float16, ``ml_dtypes.bfloat16``, or
-``np.uint16`` (taken as BF16 bit patterns).  ``num_batches_tracked`` keys
-are ignored.
+``np.uint16`` (taken as BF16 bit patterns); other integer arrays are cast to
+float, and any other dtype (complex, bool, strings, objects) is refused.
+``num_batches_tracked`` keys are ignored.
 """
 
 import os
 import threading
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -95,17 +98,33 @@ def load_state_dict(path):
     Raises
     ------
     ValueError
-        If the suffix is neither ``.npz`` nor ``.safetensors``.
+        If the suffix is neither ``.npz`` nor ``.safetensors``, or the file
+        is not a valid file of that format (truncated, garbage, a ``.npy``
+        named ``.npz``, object arrays): the message names the file, and the
+        parser's own exception (numpy's, zipfile's, or safetensors'
+        ``SafetensorError``) is the ``__cause__``.
+    OSError
+        If the file cannot be opened or read (``FileNotFoundError``, ...).
     """
     path = os.fspath(path)
     if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+        try:
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):   # a .npy file
+                raise ValueError(f"a single {type(z).__name__}, not an .npz archive")
+            with z:
+                return {k: z[k] for k in z.files}
+        except (ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+            raise ValueError(f"not a valid .npz file: {path!r} ({exc})") from exc
     if path.endswith(".safetensors"):
         import ml_dtypes  # noqa: F401  (registers the "bfloat16" dtype name safetensors asks numpy for)
+        from safetensors import SafetensorError
         from safetensors.numpy import load_file
 
-        return load_file(path)
+        try:
+            return load_file(path)
+        except (SafetensorError, ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"not a valid .safetensors file: {path!r} ({exc})") from exc
     raise ValueError(f"weights file must end in .npz or .safetensors, got {path!r}")
 
 
@@ -144,13 +163,22 @@ def save_state_dict(state_dict, path, metadata=None):
     raise ValueError(f"weights file must end in .npz or .safetensors, got {path!r}")
 
 
+def _real(a):
+    # True if `a` holds real numbers: float, integer or ml_dtypes.bfloat16.
+    dt = np.asarray(a).dtype
+    return dt.kind in "fiu" or dt.name == "bfloat16"
+
+
 def _check_state_dict(sd, shapes, model):
-    # All problems at once (pypa/installer style): missing, unexpected, bad shape.
+    # All problems at once (pypa/installer style): missing, unexpected, bad
+    # shape, not real numbers.
     keys = {k for k in sd if not k.endswith("num_batches_tracked")}
     issues = [f"missing {k!r}" for k in shapes if k not in keys]
     issues += [f"unexpected {k!r}" for k in sorted(keys - shapes.keys())]
     issues += [f"{k!r}: expected shape {shapes[k]}, got {tuple(np.shape(sd[k]))}"
                for k in shapes if k in keys and tuple(np.shape(sd[k])) != shapes[k]]
+    issues += [f"{k!r}: dtype {np.asarray(sd[k]).dtype} is not real numbers "
+               f"(float, integer or BF16)" for k in shapes if k in keys and not _real(sd[k])]
     if issues:
         raise ValueError(f"state dict does not fit {model}: " + "; ".join(issues))
 
@@ -178,7 +206,10 @@ def _linear(sd, name):
 
 
 def _num_classes(sd, key, default=1000):
-    return int(np.shape(sd[key])[0]) if key in sd else default
+    # Rows of the last layer's 2-D weight; `default` when it is missing or
+    # misshapen (then _check_state_dict reports it: ValueError).
+    shape = np.shape(sd[key]) if key in sd else ()
+    return int(shape[0]) if len(shape) == 2 else default
 
 
 class _StateDictModel:

@@ -158,6 +158,40 @@ class TestAPI:
         assert b.shape == () and int(b) == 0x3FC0
         assert to_float32(b).shape == () and float(to_float32(b)) == 1.5
 
+    @pytest.mark.parametrize("x, want", [
+        (np.float32("nan"), 0x7FC0), (float("nan"), 0x7FC0), (np.array(np.nan), 0x7FC0),
+        (-np.float32("nan"), 0xFFC0), (np.float64(-np.nan), 0xFFC0),
+        (np.float32(np.inf), 0x7F80), (1.5, 0x3FC0),
+    ])
+    def test_zero_dim_nan_and_others(self, x, want):
+        # 0-d NaN is the canonical quiet NaN with its sign, and every 0-d
+        # input gives the same type: a 0-d uint16 array.
+        b = to_bf16(x)
+        assert isinstance(b, np.ndarray) and b.dtype == np.uint16 and b.shape == ()
+        assert int(b) == want
+        m = to_bf16(x, rounding="truncate", out="ml_dtypes")
+        assert isinstance(m, np.ndarray) and m.shape == () and int(m.view(np.uint16)) == want
+
+    @pytest.mark.parametrize("x", [
+        None, "1.5", np.array(["1.5"]), np.array([True, False]), True,
+        np.array(["2024-01-01"], dtype="datetime64[D]"), np.array([1], dtype="timedelta64[s]"),
+        np.array([1.0, None], dtype=object), b"12",
+    ])
+    def test_non_numbers_rejected(self, x):
+        with pytest.raises(ValueError, match="must be real"):
+            to_bf16(x)
+
+    def test_ml_dtypes_input_is_copied(self):
+        y = to_bf16(np.array([1.5, -2.0], np.float32), out="ml_dtypes")
+        b = to_bf16(y)
+        assert b.dtype == np.uint16 and list(b) == [0x3FC0, 0xC000]
+        assert not np.shares_memory(b, y)
+        b[0] = 0
+        assert float(y[0]) == 1.5
+
+    def test_integers_are_cast(self):
+        assert list(to_bf16(np.array([3, -7], np.int64))) == [0x4040, 0xC0E0]
+
     def test_float64_input_cast_first(self):
         x = np.array([1.0 + 2.0**-9, -2.5], dtype=np.float64)
         assert np.array_equal(to_bf16(x), _ml_bits(x.astype(np.float32)))

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import reference as R
 from pycds.bf16 import functional as F
+from pycds.bf16 import layers as L
 from pycds.bf16.convert import to_bf16
 
 FP32_RTOL = 1e-6
@@ -189,6 +190,23 @@ class TestConv2dBf16:
         with pytest.raises(ValueError, match="channels"):
             F.conv2d_bf16(np.zeros((1, 4, 4, 5), np.uint16), w)
 
+    @pytest.mark.parametrize("groups", [1, 2])
+    @pytest.mark.parametrize("bias", [np.zeros(7, np.float32), np.zeros(3, np.float32),
+                                      np.float32(1.0), np.zeros((1, 4), np.float32),
+                                      np.zeros(4, np.complex64)])
+    def test_bias_checked(self, groups, bias):
+        # as conv2d: a bias of the wrong length is an error, not truncated
+        x = np.zeros((1, 4, 4, 2), np.uint16)
+        w = np.zeros((4, 2 // groups, 1, 1), np.float32)
+        with pytest.raises(ValueError, match=r"bias must (have shape \(4,\)|be real)"):
+            F.conv2d_bf16(x, w, bias, groups=groups)
+        with pytest.raises(ValueError, match=r"bias must (have shape \(4,\)|be real)"):
+            F.conv2d(x, w, bias, groups=groups, layout="NHWC")
+        conv = L.Conv2d(2, 4, 1, groups=groups, layout="NHWC")
+        conv.bias = bias
+        with pytest.raises(ValueError, match=r"bias must (have shape \(4,\)|be real)"):
+            conv.bf16(x)
+
 
 class TestLinear:
     @settings(max_examples=30, deadline=None)
@@ -209,6 +227,19 @@ class TestLinear:
     def test_feature_mismatch(self):
         with pytest.raises(ValueError, match="in_features=3"):
             F.linear(np.zeros((2, 4), np.float32), np.zeros((5, 3), np.float32))
+
+    @pytest.mark.parametrize("bias", [np.ones(1, np.float32), np.ones((2, 5), np.float32),
+                                      np.ones(4, np.float32), np.float32(1.0),
+                                      np.ones(5, np.complex64)])
+    def test_bias_checked(self, bias):
+        # shape (out_features,) only: no broadcasting of (1,) or (N, out)
+        x, w = np.zeros((2, 3), np.float32), np.zeros((5, 3), np.float32)
+        with pytest.raises(ValueError, match=r"bias must (have shape \(5,\)|be real)"):
+            F.linear(x, w, bias)
+        lin = L.Linear(3, 5)
+        lin.bias = bias
+        with pytest.raises(ValueError, match=r"bias must (have shape \(5,\)|be real)"):
+            lin(x)
 
 
 @st.composite
@@ -268,6 +299,25 @@ class TestPooling:
         got = F.max_pool2d(x.view(np.int16), 3, 2, 1, layout="NHWC").view(np.uint16)
         want = F.max_pool2d(F.as_float32(x), 3, 2, 1, layout="NHWC")
         np.testing.assert_array_equal(F.as_float32(got), want)
+
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+    def test_max_pool_keeps_dtype(self, dtype):
+        x = np.arange(16, dtype=dtype).reshape(1, 1, 4, 4)
+        y = F.max_pool2d(x, 2)
+        assert y.dtype == dtype and y.tolist() == [[[[5, 7], [13, 15]]]]
+
+    @pytest.mark.parametrize("kwargs, exc", [
+        (dict(kernel_size=(2.7, 3)), TypeError), (dict(kernel_size="33"), TypeError),
+        (dict(kernel_size=(True, True)), TypeError), (dict(kernel_size=True), TypeError),
+        (dict(kernel_size=2.0), TypeError), (dict(kernel_size=None), TypeError),
+        (dict(kernel_size=2, stride=(1, "1")), TypeError),
+        (dict(kernel_size=2, padding=-1), ValueError),
+        (dict(kernel_size=(2, 2, 2)), ValueError),
+    ])
+    def test_pool_params_checked(self, kwargs, exc):
+        x = np.zeros((1, 1, 6, 6), np.float32)
+        with pytest.raises(exc, match=r"must be an int or a pair of ints|non-negative"):
+            F.max_pool2d(x, **kwargs)
 
     def test_max_pool_padding_limit(self):
         with pytest.raises(ValueError, match="at most half"):

@@ -478,3 +478,187 @@ class TestWorkerPool:
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=120, cwd=tmp_path)
         assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+
+
+# ---- BLAS quick return: alpha == 0 or K == 0 --------------------------------
+
+class TestAlphaZero:
+    """alpha == 0 or K == 0: C := beta*C and A, B are not read, as the
+    reference BLAS sgemm does (so inf/NaN in A or B, or a NaN alpha with
+    K == 0, do not reach C); beta == 0 still writes zeros over NaN."""
+
+    def test_alpha_zero_ignores_inf_and_nan_in_a_b(self, kernel):
+        rng = np.random.default_rng(31)
+        a, b = rand_bf16(rng, (30, 6)), rand_bf16(rng, (6, 20))
+        a[0, 0] = to_bf16(np.float32(np.inf))
+        b[1, 3] = 0x7FC0  # NaN
+        assert (gemm.sbgemm(a, b, alpha=0.0) == 0.0).all()
+        assert (gemm.sbgemm(a, b, alpha=-0.0) == 0.0).all()
+        c0 = rng.standard_normal((30, 20)).astype(np.float32)
+        c = c0.copy()
+        gemm.sbgemm(a, gemm.pack(b), c, alpha=0.0, beta=-2.0)
+        np.testing.assert_array_equal(c, c0 * np.float32(-2.0))
+        c = np.full((30, 20), np.nan, np.float32)
+        gemm.sbgemm(a.T.copy(), b, c, alpha=0.0, beta=0.0, trans_a=True)
+        assert (c == 0.0).all() and not np.signbit(c).any()
+        # fused: the post-ops of a zero product
+        bias = rng.standard_normal(20).astype(np.float32)
+        got = gemm.sbgemm_fused(a, b, bias=bias, alpha=0.0)
+        np.testing.assert_array_equal(got, np.broadcast_to(to_bf16(bias), (30, 20)))
+
+    def test_alpha_underflowing_fp32_is_zero(self, kernel):
+        # alpha is converted to fp32 first (1e-50 -> 0) on every kernel.
+        a = np.full((3, 4), to_bf16(np.float32(np.inf)), np.uint16)
+        b = np.full((4, 5), 0x3F80, np.uint16)
+        assert (gemm.sbgemm(a, b, alpha=1e-50) == 0.0).all()
+
+    def test_k_zero_ignores_nan_alpha(self, kernel):
+        a, b = np.zeros((3, 0), np.uint16), np.zeros((0, 5), np.uint16)
+        c = np.ones((3, 5), np.float32)
+        gemm.sbgemm(a, b, c, alpha=np.nan, beta=2.0)
+        assert (c == 2.0).all()
+        assert (gemm.sbgemm(a, b, alpha=np.nan) == 0.0).all()
+        got = gemm.sbgemm_fused(a, b, bias=np.ones(5, np.float32), alpha=np.nan)
+        assert (got == 0x3F80).all()
+
+
+# ---- sbgemm_fused: any row stride for out / residual -------------------------
+
+class TestFusedRowStrides:
+    @pytest.mark.parametrize("which", ["out", "residual", "both", "same"])
+    def test_negative_row_stride(self, kernel, which):
+        rng = np.random.default_rng(41)
+        m, k, n = 20, 30, 30
+        a, b = rand_bf16(rng, (m, k), emax=4), rand_bf16(rng, (k, n), emax=4)
+        res0 = rand_bf16(rng, (m, n), emax=4)
+        want = gemm.sbgemm_fused(a, b, residual=res0.copy(), relu=True)
+        full = np.zeros((m, n), np.uint16)
+        out = full[::-1] if which in ("out", "both") else None
+        res = res0[::-1].copy()[::-1] if which in ("residual", "both") else res0.copy()
+        if which == "same":      # the residual is out itself, rows reversed
+            full[::-1] = res0
+            out = res = full[::-1]
+        got = gemm.sbgemm_fused(a, b, residual=res, relu=True, out=out)
+        if out is not None:
+            assert got is out
+        np.testing.assert_array_equal(got, want)
+
+    def test_overlapping_and_zero_row_stride_residual(self, kernel):
+        rng = np.random.default_rng(42)
+        a, b = rand_bf16(rng, (12, 8), emax=4), rand_bf16(rng, (8, 10), emax=4)
+        row = rand_bf16(rng, (10,), emax=4)
+        res = np.broadcast_to(row, (12, 10))            # row stride 0
+        want = gemm.sbgemm_fused(a, b, residual=np.ascontiguousarray(res))
+        np.testing.assert_array_equal(gemm.sbgemm_fused(a, b, residual=res), want)
+
+
+# ---- operands that end (or start) at an inaccessible page -------------------
+
+_GUARD_SCRIPT = r'''
+import ctypes, itertools, mmap, sys
+import numpy as np
+from pycds.bf16 import gemm, im2col, to_bf16, to_float32
+
+gemm._select_kernel(sys.argv[1])
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+PROT_RW, PROT_NONE, MAP_ANON_PRIVATE = 3, 0, 0x22
+
+def guarded(shape, dtype, where):
+    """A new array whose bytes end right before (or start right after) a
+    PROT_NONE page, filled with ones."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    pages = -(-n // PAGE) + 1
+    base = libc.mmap(None, (pages + 1) * PAGE, PROT_RW, MAP_ANON_PRIVATE, -1, 0)
+    assert base not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    if where == "end":
+        assert libc.mprotect(base + pages * PAGE, PAGE, PROT_NONE) == 0
+        start = base + pages * PAGE - n
+    else:
+        assert libc.mprotect(base, PAGE, PROT_NONE) == 0
+        start = base + PAGE
+    buf = (ctypes.c_char * max(n, 1)).from_address(start)
+    x = np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+    x[...] = 0x3F80 if dtype == np.uint16 else 1.0   # BF16 1.0 / fp32 1.0
+    return x
+
+def place(x, where):
+    g = guarded(x.shape, x.dtype, where)
+    g[...] = x
+    return g
+
+rng = np.random.default_rng(0)
+def rb(shape):
+    return to_bf16(rng.uniform(-2, 2, shape).astype(np.float32))
+
+def close(got, want, what):
+    if not np.allclose(got, want, rtol=2e-2, atol=2e-2):
+        sys.exit(f"wrong result: {what}")
+
+for where, (m, n, k), ta, tb in itertools.product(
+        ["end", "start"],
+        [(1, 1, 1), (5, 17, 7), (9, 3, 2), (13, 33, 6), (30, 20, 6), (49, 40, 66),
+         (26, 300, 4)],
+        [False, True], [False, True]):
+    case = f"where={where} m={m} n={n} k={k} trans_a={ta} trans_b={tb}"
+    print(case, flush=True)
+    a0, b0 = rb((m, k)), rb((k, n))
+    ref = to_float32(a0).astype(np.float64) @ to_float32(b0).astype(np.float64)
+    a = place(a0.T if ta else a0, where)
+    b = place(b0.T if tb else b0, where)
+    close(gemm.sbgemm(a, b, trans_a=ta, trans_b=tb), ref, case + " sbgemm")
+    c = guarded((m, n), np.float32, where)
+    gemm.sbgemm(a, b, c, beta=1.0, trans_a=ta, trans_b=tb)
+    close(c, ref + 1, case + " sbgemm into c")
+    # packed B whose panels end at the page too
+    p = gemm.pack(b, trans_b=tb)
+    p.data = place(p.data, where)
+    close(gemm.sbgemm(a, p, trans_a=ta), ref, case + " sbgemm packed")
+    bias = guarded((n,), np.float32, where)
+    res = guarded((m, n), np.uint16, where)
+    out = guarded((m, n), np.uint16, where)
+    got = gemm.sbgemm_fused(a, p, bias=bias, residual=res, out=out, trans_a=ta)
+    close(to_float32(got), ref + 2, case + " fused")
+    got = gemm.sbgemm_fused(a, p, bias=bias, residual=res, out=res, relu=True, trans_a=ta)
+    close(to_float32(got), np.maximum(ref + 2, 0), case + " fused in place")
+    # out / residual: the columns of a wider array, last row at the page
+    wide = guarded((m, n + 3), np.uint16, where)
+    got = gemm.sbgemm_fused(a, p, residual=wide[:, 3:], out=wide[:, 3:], trans_a=ta)
+    close(to_float32(got), ref + 1, case + " fused strided")
+
+print("conversions", flush=True)
+for count in [1, 4095, 4096, 4097, 4111, (1 << 18) + 3]:
+    for where in ["end", "start"]:
+        f = guarded((count,), np.float32, where)
+        assert (to_bf16(f) == 0x3F80).all() and (to_float32(to_bf16(f)) == 1).all()
+        assert (to_float32(guarded((count,), np.uint16, where)) == 1).all()
+
+print("im2col", flush=True)
+for (N, H, W, C, kk, s, pad, d) in [(1, 5, 5, 3, 3, 1, 1, 1), (2, 7, 5, 1, 3, 2, 0, 2),
+                                    (1, 1, 1, 5, 1, 1, 0, 1), (1, 3, 3, 2, 3, 1, 2, 1)]:
+    for where in ["end", "start"]:
+        x = guarded((N, H, W, C), np.uint16, where)
+        got = im2col(x, kk, s, pad, d, "NHWC")
+        want = im2col(to_float32(x), kk, s, pad, d, "NHWC")   # the numpy path
+        assert np.array_equal(to_float32(got), want)
+print("ok")
+'''
+
+
+class TestGuardPages:
+    def test_operands_at_inaccessible_pages(self, native_kernel, tmp_path):
+        """Every operand (A, B, packed B, C, bias, residual, out; transposed or
+        not; M > 8 with K even, where A is read in place) ends exactly at a
+        PROT_NONE page, or starts right after one: a read or write past
+        either end faults.  In a child process, so that a fault is a failure
+        naming the case, not a crashed pytest."""
+        r = subprocess.run([sys.executable, "-c", _GUARD_SCRIPT, native_kernel],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        last = r.stdout.strip().splitlines()[-1:] or ["(nothing)"]
+        assert r.returncode == 0 and r.stdout.endswith("ok\n"), (
+            f"child exited with {r.returncode} (negative: killed by that signal) "
+            f"during: {last[0]}\n{r.stderr[-2000:]}")

@@ -123,6 +123,40 @@ class TestIm2col:
             im2col(args.pop("x"), **args)
 
 
+    @pytest.mark.parametrize("shape", [(1, 0, 3, 2), (1, 3, 0, 2), (2, 0, 0, 2)])
+    def test_empty_image_nhwc_bf16(self, shape):
+        # all padding: zeros, as for float32 and NCHW (the native path too)
+        x = np.zeros(shape, np.uint16)
+        cols = im2col(x, 3, 1, 2, 1, "NHWC")
+        want = im2col(x.astype(np.float32), 3, 1, 2, 1, "NHWC")
+        assert cols.dtype == np.uint16 and cols.shape == want.shape
+        assert not cols.any()
+        scratch = np.full(cols.size + 5, 7, np.uint16)
+        assert not im2col(x, 3, 1, 2, 1, "NHWC", out=scratch).any()
+        nchw = im2col(x.transpose(0, 3, 1, 2), 3, 1, 2, 1, "NCHW")
+        assert nchw.shape == cols.shape and not nchw.any()
+
+    @pytest.mark.parametrize("param, value, exc", [
+        ("kernel_size", (2.7, 3), TypeError), ("kernel_size", "33", TypeError),
+        ("kernel_size", b"33", TypeError), ("kernel_size", (True, True), TypeError),
+        ("stride", False, TypeError), ("stride", 1.0, TypeError),
+        ("dilation", np.float64(1.0), TypeError), ("padding", None, TypeError),
+        ("padding", -1, ValueError), ("padding", (0, -2), ValueError),
+        ("kernel_size", (), ValueError), ("kernel_size", [3], ValueError),
+    ])
+    def test_junk_params(self, param, value, exc):
+        x = np.zeros((1, 2, 6, 6), np.float32)
+        with pytest.raises(exc, match=param):
+            im2col(x, **dict(dict(kernel_size=3), **{param: value}))
+
+    def test_int_like_params(self):
+        x = np.arange(72, dtype=np.float32).reshape(1, 2, 6, 6)
+        want = im2col(x, (3, 2), (2, 1))
+        np.testing.assert_array_equal(im2col(x, (np.int64(3), np.int32(2)), np.array([2, 1])), want)
+        np.testing.assert_array_equal(im2col(x, [3, 2], [np.uint8(2), 1]), want)
+        np.testing.assert_array_equal(im2col(x, np.array(2), 2), im2col(x, (2, 2), (2, 2)))
+
+
 class TestPad2d:
     def test_value_and_layout(self):
         x = np.ones((1, 2, 3, 3), np.float32)

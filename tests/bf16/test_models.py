@@ -131,6 +131,25 @@ class TestResNet50:
         assert "'layer1.0.conv1.weight': expected shape (64, 64, 1, 1), got (64, 64, 3, 3)" in msg
 
 
+    @pytest.mark.parametrize("key", ["fc.weight", "fc.bias"])
+    @pytest.mark.parametrize("bad", [np.float32(1.0), np.zeros(2048, np.float32),
+                                     np.zeros((10, 2048, 1), np.float32)])
+    def test_misshapen_fc_is_a_value_error(self, resnet_sd, key, bad):
+        sd = dict(resnet_sd)
+        sd[key] = bad
+        with pytest.raises(ValueError, match=f"'{key}': expected shape"):
+            M.ResNet50(sd)
+
+    @pytest.mark.parametrize("key", ["fc.bias", "fc.weight", "layer1.0.bn1.running_var",
+                                     "layer3.2.conv2.weight"])
+    @pytest.mark.parametrize("dtype", [np.complex64, bool, object, "U3"])
+    def test_non_real_dtype_named(self, resnet_sd, key, dtype):
+        sd = dict(resnet_sd)
+        sd[key] = np.zeros(resnet_sd[key].shape, dtype)
+        with pytest.raises(ValueError, match=f"'{key}': dtype"):
+            M.ResNet50(sd)
+
+
 class TestAlexNet:
     def test_names(self):
         shapes = M.alexnet_shapes()
@@ -149,6 +168,18 @@ class TestAlexNet:
         ref = R.alexnet(alexnet_sd, x)
         assert rel_err(y, ref) <= 2 * R.U_BF16 * np.sqrt(8)
         assert (y.argmax(1) == ref.argmax(1)).all()
+
+
+    @pytest.mark.parametrize("bad", [np.float32(1.0), np.zeros((7,), np.float32)])
+    def test_misshapen_classifier_is_a_value_error(self, alexnet_sd, bad):
+        sd = dict(alexnet_sd)
+        sd["classifier.6.weight"] = bad
+        with pytest.raises(ValueError, match="'classifier.6.weight': expected shape"):
+            M.AlexNet(sd)
+        sd = dict(alexnet_sd)
+        sd["classifier.6.bias"] = np.zeros(1000, np.complex128)
+        with pytest.raises(ValueError, match="'classifier.6.bias': dtype complex128"):
+            M.AlexNet(sd)
 
 
 class TestWeightFiles:
@@ -175,6 +206,30 @@ class TestWeightFiles:
         with safe_open(str(path), "np") as f:
             assert f.metadata() == {"k": "v"}
         assert M.load_state_dict(path)["w"].dtype == ml_dtypes.bfloat16
+
+    @pytest.mark.parametrize("name, data", [
+        ("g.npz", b"garbage" * 10), ("e.npz", b""), ("t.npz", b"PK\x03\x04" + b"\0" * 40),
+        ("g.safetensors", b"garbage" * 10), ("e.safetensors", b""),
+        ("t.safetensors", b"\x10\0\0\0\0\0\0\0{\"a\": 1}"),
+    ])
+    def test_corrupt_file_is_a_value_error(self, tmp_path, name, data):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(ValueError, match=f"not a valid .* file: {str(path)!r}") as e:
+            M.load_state_dict(path)
+        assert e.value.__cause__ is not None
+
+    def test_npy_named_npz_is_a_value_error(self, tmp_path):
+        path = tmp_path / "x.npz"
+        with open(path, "wb") as f:
+            np.save(f, np.zeros(3))
+        with pytest.raises(ValueError, match="not a valid .npz file"):
+            M.load_state_dict(path)
+
+    @pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+    def test_missing_file_is_an_os_error(self, tmp_path, suffix):
+        with pytest.raises(FileNotFoundError):
+            M.load_state_dict(tmp_path / f"missing{suffix}")
 
     def test_bad_suffix(self, tmp_path):
         with pytest.raises(ValueError, match=r"\.npz or \.safetensors"):
