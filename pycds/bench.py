@@ -575,9 +575,14 @@ def machine_info(py):
             info["loadavg"] = f.read().split()[:3]
     except OSError:
         pass
-    out = subprocess.run([py, "-c", "import sys; print(sys.version.split()[0])"],
-                         capture_output=True, text=True, env=_env())
-    info["python"] = out.stdout.strip()
+    # Which pycds is measured: the one the interpreter imports (a venv may
+    # hold an older install than the tree the bench was started from).
+    out = subprocess.run([py, "-c", "import sys, os, pycds; print(sys.version.split()[0]); "
+                          "print(os.path.dirname(pycds.__file__))"],
+                         capture_output=True, text=True, env=_env(), cwd="/")
+    lines = out.stdout.split("\n")
+    info["python"] = lines[0].strip()
+    info["pycds"] = lines[1].strip() if len(lines) > 1 else "?"
     info["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return info
 
@@ -589,6 +594,7 @@ def report(results):
     m = results["machine"]
     lines = [f"Machine: {m.get('cpu', '?')}, {m['cpus']} CPUs, {m['platform']}, "
              f"Python {m['python']}, {m['date']}, load average {' '.join(m.get('loadavg', []))}",
+             f"pycds measured: {m.get('pycds', '?')}",
              ""]
     s = results["sections"]
     if "inproc" in s:

@@ -47,7 +47,11 @@ class TestRun:
         assert out.returncode == 0, out.stderr[-3000:]
         import json
         with open(tmp_path / "r.json") as f:
-            r = json.load(f)["sections"]["inproc"]["json"]
+            results = json.load(f)
+        r = results["sections"]["inproc"]["json"]
+        # The report names the pycds it measured: the child's, this one.
+        assert results["machine"]["pycds"] == os.path.dirname(bench.__file__)
+        assert f"pycds measured: {os.path.dirname(bench.__file__)}" in out.stdout
         for variant in ("baseline", "pycds", "ideal"):
             (wall, cpu), = r[variant]
             assert wall > 0 and cpu > 0, (variant, r)
