@@ -131,7 +131,11 @@ def _program_raised(e):
       trace function.  pycds's own failures (a ``pread`` of a damaged
       file, a checksum, the native module's errors, a bug) have a frame of
       pycds innermost, or of importlib when loading the native module
-      fails."""
+      fails.
+
+    (Not used while the native module loads: what the program raises
+    there, say its meta path finder refusing ``_cffi_backend``, is a reason
+    not to use the archive; :meth:`_Archive.load_code`.)"""
     if isinstance(e, (RecursionError, MemoryError)):
         return True
     tb = e.__traceback__
@@ -220,7 +224,15 @@ class _Archive:
                     return None
             code = native.load(entry)
         except Exception as e:
-            if _program_raised(e):
+            if self._native is None:
+                # Loading the native module runs imports the program does
+                # not make (_cffi_backend), which its own meta path finder
+                # or audit hook may refuse with anything: whatever the
+                # program raised there is a reason not to use the archive,
+                # not an error of the program's import.
+                if isinstance(e, (RecursionError, MemoryError)):
+                    raise
+            elif _program_raised(e):
                 raise
             code = getattr(e, "code", 0)
             if self._native is None:

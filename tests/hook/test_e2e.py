@@ -427,6 +427,29 @@ class TestProgramExceptions:
         disabled, served = r.out.splitlines()[-1].split()[1::2]
         assert disabled == "False" and int(served) >= 4, r
 
+    @pytest.mark.parametrize("exc", ["ImportError", "RuntimeError"])
+    def test_program_refusing_the_native_module(self, tmp_path, exc):
+        # A sandbox's meta path finder refuses modules the program never
+        # imports itself, such as the native module's _cffi_backend: that
+        # is a reason not to use the archive (one warning), not an error of
+        # the program's import of json.
+        img = self._dump(tmp_path)
+        prog = textwrap.dedent(f"""
+            import sys
+            class Sandbox:
+                def find_spec(self, name, path=None, target=None):
+                    if name == "_cffi_backend":
+                        raise {exc}("blocked by the sandbox")
+                    return None
+            sys.meta_path.insert(0, Sandbox())
+            import json
+            print(json.dumps([1]))
+        """)
+        plain = run_python(["-c", prog], cwd=tmp_path)
+        r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "[1]\n"), (plain, r)
+        assert len(r.warnings()) == 1 and "blocked by the sandbox" in r.warnings()[0], r
+
     def test_signal_handler_exception_propagates(self, tmp_path):
         img = self._dump(tmp_path)
         prog = textwrap.dedent(f"""
