@@ -258,7 +258,20 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
         parts.append((header.heap_off, heap))
         parts.append((header.reloc_off, relocs))
         _writer.write_atomic(path, parts, header.file_len)
+    _warn_if_refused(path)
     return len(entries), skipped
+
+
+def _warn_if_refused(path):
+    """One warning now, when a SHARE run would refuse the archive just
+    written at ``path`` for where it lies (a directory others may write,
+    ``_format._check_directory``) or its mode (``_check_owner``): better
+    than a refusal in every run after."""
+    try:
+        F._check_owner(os.stat(path))
+        F._check_directory(path)
+    except (F.FormatError, OSError) as e:
+        _log.warning(f"archive written to {path}, but SHARE runs will refuse it: {e}")
 
 
 # ---- one archive per DUMP session -----------------------------------------

@@ -654,6 +654,18 @@ class TestModes:
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert "shopkit.pricing" in s.served() and s.rc == 3
 
+    def test_trace_lists_only_importable_modules(self, tmp_path):
+        # Cython extension modules put spec-less modules in sys.modules
+        # (cython_runtime, _cython_3_x): no import can find them again.
+        lst = str(tmp_path / "mods.lst")
+        prog = ("import sys, types, json; "
+                "sys.modules['fake_runtime'] = types.ModuleType('fake_runtime')")
+        run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="TRACE", PYCDSLIST=lst)
+        names = open(lst).read().split()
+        assert "json" in names and "fake_runtime" not in names, names
+        r = run_python(["-m", "pycds", "dump", lst, str(tmp_path / "a.img")], cwd=tmp_path)
+        assert r.rc == 0 and "warning" not in r.err, r
+
     def test_names_are_interned_as_unmarshal_interns_them(self, tmp_path):
         """3.13's PyUnicode_InternInPlace interns mortal, unmarshal immortal:
         CPython 3.13.0's keyword suggestions drop references to co_varnames

@@ -111,6 +111,25 @@ class TestArchiveDirectory:
         assert r.out == "1\n"
         assert len(r.warnings()) == 1 and "writable by others" in r.warnings()[0], r
 
+    def test_dump_into_a_world_writable_directory_warns(self, tmp_path):
+        # Written (the program's choice), but said now rather than refused
+        # by every SHARE run after; a sticky directory (/tmp) is fine.
+        (tmp_path / "m.py").write_text("X = 1\n")
+        for mode, warned in ((0o777, True), (0o1777, False)):
+            d = tmp_path / f"d{mode:o}"
+            d.mkdir()
+            os.chmod(d, mode)
+            img = str(d / "a.img")
+            r = run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP",
+                           PYCDSARCHIVE=img)
+            assert r.rc == 0 and os.path.exists(img), r
+            if warned:
+                assert len(r.warnings()) == 1, r
+                assert "SHARE runs will refuse it" in r.warnings()[0], r
+                assert "writable by others" in r.warnings()[0], r
+            else:
+                assert r.warnings() == [], r
+
     def test_sticky_world_writable_directory_is_accepted(self, tmp_path):
         img = self._archive(tmp_path)
         os.chmod(os.path.dirname(img), 0o1777)
