@@ -82,6 +82,46 @@ def checksum(data, key):
     return int.from_bytes(_imp.source_hash(key & 0x7FFFFFFFFFFFFFFF, data), "little")
 
 
+# The code of pycds's modules has this directory in co_filename (importlib
+# sets it from the module's __file__, as for this one); importlib's own
+# frames (frozen; 3.10-3.13, also under -X frozen_modules=off) these names.
+_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
+_BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
+                    "<frozen importlib._bootstrap_external>")
+
+
+def program_raised(e):
+    """Whether ``e``, caught around pycds's own work in an import (an index
+    lookup, a ``stat``, a read, a native load or release), is the program's
+    rather than a fault of the archive or of pycds: so it must propagate,
+    as it would out of plain import's code, and the archive stays in use.
+
+    - ``RecursionError`` and ``MemoryError``: the state of the program (its
+      stack depth, its memory), met by whatever code runs at that moment.
+    - An exception whose innermost frame is not pycds's: Python code of the
+      program ran inside pycds's and raised, as a signal handler does (it
+      runs in the main thread between two bytecodes of whatever code is
+      running, importlib's or pycds's alike, and a system call it
+      interrupts raises what the handler raised, PEP 475: a ``SIGALRM``
+      timeout's ``TimeoutError`` out of ``os.stat``), or a trace function.
+      pycds's own failures (a ``pread`` of a damaged file, a checksum, the
+      native module's errors, a bug) have a frame of pycds innermost, or of
+      importlib when loading the native module fails.
+
+    (Not applied while the native module loads: what the program raises
+    there, say its meta path finder refusing ``_cffi_backend``, is a reason
+    not to use the archive; ``pycds.finder._Archive.load_code``.)"""
+    if isinstance(e, (RecursionError, MemoryError)):
+        return True
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    return not (filename.startswith(_PACKAGE_DIR) or filename in _BOOTSTRAP_FILES)
+
+
 def source_hash(data):
     """The PEP 552 source hash of ``data`` (as importlib.util.source_hash)."""
     return _imp.source_hash(_RAW_MAGIC_NUMBER, data)
@@ -390,7 +430,9 @@ class Index:
             return None
         try:
             return ModuleEntry(*marshal.loads(payload))
-        except (ValueError, EOFError, TypeError):
+        except (ValueError, EOFError, TypeError) as e:
+            if program_raised(e):
+                raise
             return None
 
     def entries(self):

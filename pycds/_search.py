@@ -36,6 +36,8 @@ from _frozen_importlib_external import (FileFinder, PathFinder,
                                         _get_supported_file_loaders,
                                         spec_from_file_location)
 
+from ._format import program_raised
+
 __all__ = ["Recorder", "find_spec", "replayed"]
 
 # FileFinder's (suffix, loader) pairs as its default path hook makes them
@@ -68,7 +70,9 @@ def _stamp(path):
     """(st_mtime_ns, st_ctime_ns, st_ino, st_dev) of path, or None."""
     try:
         st = os.stat(path)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as e:
+        if program_raised(e):
+            raise
         return None
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 

@@ -17,7 +17,7 @@ readers) is exactly plain import's.
 
 Anything unexpected of the archive or of pycds itself means one warning and
 plain import; the finder raises into the import system only what the
-program raised through it (:func:`_program_raised`), as plain import's own
+program raised through it (:func:`pycds._format.program_raised`), as plain import's own
 code would pass it on.  Imports only builtins and importlib (already
 loaded at start-up: ``_frozen_importlib_external`` is what importlib.machinery
 re-exports); pycds._search and the native module are loaded on the first
@@ -25,6 +25,7 @@ archive hit.
 """
 
 import _imp
+import _io
 import _thread
 import os
 import sys
@@ -109,42 +110,6 @@ def _say(msg, at=1):
 def _warn(msg):
     from . import _log
     _log.warning(msg)
-
-
-# The code of pycds's modules has this directory in co_filename (importlib
-# sets it from the module's __file__, as for this one).
-_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
-
-
-def _program_raised(e):
-    """Whether ``e``, caught around pycds's own work in an import, is the
-    program's rather than a fault of the archive or of pycds: so it must
-    propagate, as it would out of plain import's code, and the archive
-    stays in use.
-
-    - ``RecursionError`` and ``MemoryError``: the state of the program (its
-      stack depth, its memory), met by whatever code runs at that moment.
-    - An exception whose innermost frame is not pycds's: Python code of the
-      program ran inside pycds's and raised, as a signal handler does (it
-      runs in the main thread between two bytecodes of whatever code is
-      running, importlib's or pycds's alike: a ``SIGALRM`` timeout), or a
-      trace function.  pycds's own failures (a ``pread`` of a damaged
-      file, a checksum, the native module's errors, a bug) have a frame of
-      pycds innermost, or of importlib when loading the native module
-      fails.
-
-    (Not used while the native module loads: what the program raises
-    there, say its meta path finder refusing ``_cffi_backend``, is a reason
-    not to use the archive; :meth:`_Archive.load_code`.)"""
-    if isinstance(e, (RecursionError, MemoryError)):
-        return True
-    tb = e.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    filename = tb.tb_frame.f_code.co_filename
-    return not (filename.startswith(_PACKAGE_DIR) or filename in _BOOTSTRAP_FILES)
 
 
 def _fallback(name, reason):
@@ -232,7 +197,7 @@ class _Archive:
                 # not an error of the program's import.
                 if isinstance(e, (RecursionError, MemoryError)):
                     raise
-            elif _program_raised(e):
+            elif F.program_raised(e):
                 raise
             code = getattr(e, "code", 0)
             if self._native is None:
@@ -274,7 +239,7 @@ class _Archive:
         are done: stop at the first still running.  What a module still
         holds (a traceback holding its frame, say) is kept by the native
         liveness check, never by this timing.  Raises only what the program
-        raised through it (:func:`_program_raised`)."""
+        raised through it (:func:`pycds._format.program_raised`)."""
         ran = self.ran
         native = self._native
         while ran and native is not None:
@@ -288,23 +253,32 @@ class _Archive:
             try:
                 _stats["released_bytes"] += native.release(entry)
             except Exception as e:
-                if _program_raised(e):
+                if F.program_raised(e):
                     raise
                 if _verbose >= 2:
                     _say(f"release {entry.name}: {e}", 2)
 
 
-def _stale(entry, check):
-    """Why plain import would not produce the archived code now, or None."""
+def _stale(entry, check, cached=None):
+    """Why plain import would not produce the archived code now, or None.
+    ``cached``: the ``.pyc`` path plain import would read now (the spec's),
+    if known."""
     if check == "unchecked":
         return None
     try:
         st = os.stat(entry.origin)
-    except OSError:
+    except OSError as e:
+        if F.program_raised(e):
+            raise
         return "source is gone"
     if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
         return "source changed"
-    if entry.pyc_kind in (F.PYC_NONE, F.PYC_TIMESTAMP) and check != "hash":
+    if cached is not None and cached != entry.pyc_path:
+        # Another .pyc than at the dump (sys.pycache_prefix, PYTHONPYCACHEPREFIX
+        # changed), or none: what plain import runs is known from the source
+        # alone only by its bytes.
+        check = "hash"
+    elif entry.pyc_kind in (F.PYC_NONE, F.PYC_TIMESTAMP) and check != "hash":
         # Plain import runs a timestamp .pyc whose header matches the
         # source's mtime (seconds) and size, or else compiles the source.
         # While the .pyc is the very file the dump run left, the archived
@@ -315,7 +289,9 @@ def _stale(entry, check):
         # edit that keeps size and mtime (clamped mtimes in a build) does.
         try:
             pst = os.stat(entry.pyc_path) if entry.pyc_path else None
-        except OSError:
+        except OSError as e:
+            if F.program_raised(e):
+                raise
             pst = None
         if (pst is None or entry.pyc_kind == F.PYC_NONE
                 or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size):
@@ -327,7 +303,9 @@ def _stale(entry, check):
             return "check_hash_based_pycs differs"
         try:
             pst = os.stat(entry.pyc_path)
-        except OSError:
+        except OSError as e:
+            if F.program_raised(e):
+                raise
             return "hash-based .pyc is gone"
         if pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size:
             return "hash-based .pyc changed"
@@ -338,9 +316,14 @@ def _stale(entry, check):
             check = "hash"
     if check == "hash":
         try:
-            with open(entry.origin, "rb") as f:
+            # As plain import reads sources (FileLoader.get_data, 3.10-3.13):
+            # through the interpreter's open-code hook, which an embedder
+            # may set to vet code files (PyFile_SetOpenCodeHook, PEP 578).
+            with _io.open_code(entry.origin) as f:
                 data = f.read()
-        except OSError:
+        except OSError as e:
+            if F.program_raised(e):
+                raise
             return "source is unreadable"
         if F.source_hash(data) != entry.source_hash:
             return "source hash differs"
@@ -473,10 +456,8 @@ def served_loader(loader):
     return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
 
-# The files of importlib's own frames (frozen; 3.10-3.13, also under
-# -X frozen_modules=off).
-_BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
-                    "<frozen importlib._bootstrap_external>")
+# The files of importlib's own frames.
+_BOOTSTRAP_FILES = F._BOOTSTRAP_FILES
 # Bound at import: a program may replace sys._getframe (mock.patch) or
 # delete it, and find_spec must not follow it.
 _getframe = sys._getframe
@@ -548,7 +529,7 @@ class CDSFinder:
         try:
             entry = archive.index.lookup(fullname)
         except Exception as e:
-            if _program_raised(e):
+            if F.program_raised(e):
                 raise
             archive.disable(f"index unreadable ({e})")
             return None
@@ -582,7 +563,7 @@ class CDSFinder:
         if spec.origin != entry.origin:
             _fallback(fullname, "resolves to another file")
             return spec
-        reason = _stale(entry, archive.check)
+        reason = _stale(entry, archive.check, spec.cached)
         if reason is not None:
             _fallback(fullname, reason)
             if reason == "source is gone":

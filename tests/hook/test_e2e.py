@@ -308,6 +308,20 @@ class TestStaleSources:
         assert plain.out.strip() == r.out.strip() == "33", (plain, r)
         assert any("source hash differs" in f for f in r.fallbacks()), r
 
+    def test_another_pycache_prefix_at_share_is_seen(self, tmp_path):
+        # PYTHONPYCACHEPREFIX set for the SHARE run only: plain import looks
+        # for another .pyc (none there) and compiles the source.
+        mod, img = dumped_rules(tmp_path, 10)
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 44\n")
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))
+        prefix = str(tmp_path / "prefix")
+        plain = run_python(RULES_CMD, cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix)
+        r = run_python(RULES_CMD, cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert plain.out.strip() == r.out.strip() == "44", (plain, r)
+        assert any("source hash differs" in f for f in r.fallbacks()), r
+
     def test_forged_mtime_with_the_dumped_pyc_runs_what_plain_runs(self, tmp_path):
         # With the .pyc the dump saw still in place, plain import trusts
         # its header (source mtime in seconds and size) and runs the old
@@ -375,9 +389,32 @@ class TestProgramExceptions:
         print("disabled", f._installed.archive.disabled, "served", f.stats()["served"])
     """)
 
-    def test_trace_function_exception_propagates(self, tmp_path):
+    def _import_under_tracer(self, tmp_path, tracer, exc):
+        """SHARE run of: ``tracer`` (source defining ``tracer``, which
+        raises ``exc`` somewhere in pycds's code) set, ``import json``,
+        then a plain-again ``import csv``; asserts the program caught
+        ``exc`` and the archive stayed in use.  Returns the run."""
         img = self._dump(tmp_path)
-        prog = textwrap.dedent("""
+        prog = textwrap.dedent(tracer) + textwrap.dedent(f"""
+            sys.settrace(tracer)
+            try:
+                import json
+            except {exc} as e:
+                print("raised", e)
+            sys.settrace(None)
+            import csv
+        """) + self.REPORT
+        r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.rc == 0 and r.warnings() == [], r
+        lines = r.out.splitlines()
+        assert lines[0] == "raised from the trace function", r
+        disabled, served = lines[-1].split()[1::2]
+        assert disabled == "False" and int(served) >= 1, r
+        return r
+
+    def test_trace_function_exception_propagates(self, tmp_path):
+        self._import_under_tracer(tmp_path, """
             import sys
             class Stop(Exception):
                 pass
@@ -386,20 +423,30 @@ class TestProgramExceptions:
                         and frame.f_code.co_filename.endswith("_format.py"):
                     raise Stop("from the trace function")
                 return None
-            sys.settrace(tracer)
-            try:
-                import json
-            except Stop as e:
-                print("raised", e)
-            sys.settrace(None)
-            import csv
-        """) + self.REPORT
-        r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
-        assert r.rc == 0 and r.warnings() == [], r
-        lines = r.out.splitlines()
-        assert lines[0] == "raised from the trace function", r
-        disabled, served = lines[-1].split()[1::2]
-        assert disabled == "False" and int(served) >= 1, r
+        """, "Stop")
+
+    def test_os_error_of_the_program_inside_a_stat_propagates(self, tmp_path):
+        # A TimeoutError (an OSError) raised where pycds stats a source, as a
+        # signal handler's would be out of the interrupted os.stat: not
+        # "source is gone", the program's.
+        r = self._import_under_tracer(tmp_path, """
+            import inspect, sys
+            import pycds.finder
+            src, first = inspect.getsourcelines(pycds.finder._stale)
+            at = first + next(i for i, line in enumerate(src)
+                              if "os.stat(entry.origin)" in line)
+            armed = [True]
+            def tracer(frame, event, arg):
+                if frame.f_code.co_name == "_stale":
+                    return local
+                return None
+            def local(frame, event, arg):
+                if event == "line" and frame.f_lineno == at and armed[0]:
+                    armed[0] = False
+                    raise TimeoutError("from the trace function")
+                return local
+        """, "TimeoutError")
+        assert not any("source is gone" in f for f in r.fallbacks()), r
 
     def test_recursion_error_keeps_the_archive(self, tmp_path):
         img = self._dump(tmp_path)
