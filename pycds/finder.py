@@ -294,7 +294,11 @@ def _stale(entry, check, cached=None):
                 raise
             pst = None
         if (pst is None or entry.pyc_kind == F.PYC_NONE
-                or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size):
+                or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size
+                or pst.st_mtime_ns <= st.st_mtime_ns):
+            # (The last: a .pyc no newer than its source has clamped or
+            # forged times, as builds that set every file's mtime to one
+            # value leave; its stat cannot show it was compiled again.)
             check = "hash"
     elif entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH):
         # Plain import trusts (or checks) the hash-based .pyc; it must be

@@ -322,6 +322,46 @@ class TestStaleSources:
         assert plain.out.strip() == r.out.strip() == "44", (plain, r)
         assert any("source hash differs" in f for f in r.fallbacks()), r
 
+    # SHARE of RULES_CMD printing how often rules.py itself was opened.
+    COUNT_OPENS = ("import sys\n"
+                   "opens = []\n"
+                   "sys.addaudithook(lambda e, a: e == 'open' and "
+                   "str(a[0]).endswith('rules.py') and opens.append(a))\n"
+                   "import rules; print(rules.LIMIT, len(opens))\n")
+
+    def test_clamped_times_on_source_and_pyc(self, tmp_path):
+        # A build that sets every file's mtime to one value: a .pyc no newer
+        # than its source tells nothing by its stat, so the source's bytes
+        # decide (a same-size release with its .pyc compiled again).
+        mod = tmp_path / "rules.py"
+        clamp = 1700000000
+
+        def build(limit):
+            import py_compile
+            mod.write_text(f"LIMIT = {limit}\n")
+            os.utime(mod, (clamp, clamp))
+            pyc = py_compile.compile(str(mod), doraise=True)   # header: the clamp
+            os.utime(pyc, (clamp, clamp))
+
+        build(10)
+        img = str(tmp_path / "a.img")
+        run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(["-c", self.COUNT_OPENS], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.out.split() == ["10", "1"] and "rules" in r.served(), r
+        build(77)
+        plain = run_python(RULES_CMD, cwd=tmp_path)
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert plain.out.strip() == r.out.strip() == "77", (plain, r)
+        assert any("source hash differs" in f for f in r.fallbacks()), r
+
+    def test_a_pyc_as_left_costs_no_source_read(self, tmp_path):
+        mod, img = dumped_rules(tmp_path, 10)
+        r = run_python(["-c", self.COUNT_OPENS], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.out.split() == ["10", "0"] and "rules" in r.served(), r
+
     def test_forged_mtime_with_the_dumped_pyc_runs_what_plain_runs(self, tmp_path):
         # With the .pyc the dump saw still in place, plain import trusts
         # its header (source mtime in seconds and size) and runs the old
