@@ -66,10 +66,15 @@ _RACY_NS = 2_000_000_000
 replayed = 0
 
 
+# Bound at import, as importlib binds posix.stat (a program's replacement of
+# os.stat changes neither).
+_stat = os.stat
+
+
 def _stamp(path):
     """(st_mtime_ns, st_ctime_ns, st_ino, st_dev) of path, or None."""
     try:
-        st = os.stat(path)
+        st = _stat(path)
     except (OSError, ValueError) as e:
         if program_raised(e):
             raise

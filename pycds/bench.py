@@ -577,8 +577,8 @@ def machine_info(py):
         pass
     # Which pycds is measured: the one the interpreter imports (a venv may
     # hold an older install than the tree the bench was started from).
-    out = subprocess.run([py, "-c", "import sys, os, pycds; print(sys.version.split()[0]); "
-                          "print(os.path.dirname(pycds.__file__))"],
+    out = subprocess.run([py, "-c", "import sys, os; print(sys.version.split()[0], flush=True); "
+                          "import pycds; print(os.path.dirname(pycds.__file__))"],
                          capture_output=True, text=True, env=_env(), cwd="/")
     lines = out.stdout.split("\n")
     info["python"] = lines[0].strip()

@@ -259,6 +259,11 @@ class _Archive:
                     _say(f"release {entry.name}: {e}", 2)
 
 
+# Bound at import, as importlib binds posix.stat: a program that replaces
+# os.stat (mock.patch) does not change what plain import sees, nor this.
+_stat = os.stat
+
+
 def _stale(entry, check, cached=None):
     """Why plain import would not produce the archived code now, or None.
     ``cached``: the ``.pyc`` path plain import would read now (the spec's),
@@ -266,7 +271,7 @@ def _stale(entry, check, cached=None):
     if check == "unchecked":
         return None
     try:
-        st = os.stat(entry.origin)
+        st = _stat(entry.origin)
     except OSError as e:
         if F.program_raised(e):
             raise
@@ -287,18 +292,20 @@ def _stale(entry, check, cached=None):
         # the source as it is now: the archived code is that only if the
         # source is the dumped one byte for byte.  A stat cannot tell: an
         # edit that keeps size and mtime (clamped mtimes in a build) does.
+        # (Left: a .pyc compiled again and given back the mtime and size it
+        # had, as a build that clamps every file's time can do, is taken
+        # for the dumped one: PYCDSCHECK=hash is for such builds.  Hashing
+        # wherever a .pyc is no newer than its source would catch it, but
+        # costs a read of most sources of every tar or Docker layer
+        # install, whose mtimes are whole seconds.)
         try:
-            pst = os.stat(entry.pyc_path) if entry.pyc_path else None
+            pst = _stat(entry.pyc_path) if entry.pyc_path else None
         except OSError as e:
             if F.program_raised(e):
                 raise
             pst = None
         if (pst is None or entry.pyc_kind == F.PYC_NONE
-                or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size
-                or pst.st_mtime_ns <= st.st_mtime_ns):
-            # (The last: a .pyc no newer than its source has clamped or
-            # forged times, as builds that set every file's mtime to one
-            # value leave; its stat cannot show it was compiled again.)
+                or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size):
             check = "hash"
     elif entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH):
         # Plain import trusts (or checks) the hash-based .pyc; it must be
@@ -306,7 +313,7 @@ def _stale(entry, check, cached=None):
         if _imp.check_hash_based_pycs != entry.check_hash_pycs:
             return "check_hash_based_pycs differs"
         try:
-            pst = os.stat(entry.pyc_path)
+            pst = _stat(entry.pyc_path)
         except OSError as e:
             if F.program_raised(e):
                 raise

@@ -26,29 +26,17 @@ def trace_session():
     return _config.inherited_session(SESSION_VAR)
 
 
-# ModuleType's __dict__ getter: reads a module's dict without running a lazy
-# module's __getattribute__ (importlib.util.LazyLoader would load it).
-_MODULE_DICT = type(sys).__dict__["__dict__"]
-
-
-def _imported_by_name(module):
-    """Whether ``module`` came from an import: it has a module spec.  What
-    extension modules put in sys.modules themselves (Cython's
-    ``cython_runtime`` and ``_cython_3_x``, spec-less module objects) cannot
-    be imported by that name, and :func:`pycds._dump` would warn about
-    them."""
-    try:
-        return _MODULE_DICT.__get__(module).get("__spec__") is not None
-    except Exception:
-        return False
-
-
 def module_names():
-    """Names of the modules imported so far that an import can find again
-    (:func:`_imported_by_name`), the main module excluded."""
+    """Names of the modules imported so far that an import of that name
+    finds again, the main module excluded: a module whose spec has that
+    name (``pycds.dump._spec_of``).  Not what extension modules put in
+    sys.modules themselves (Cython's spec-less ``cython_runtime`` and
+    ``_cython_3_x``), nor aliases (``sys.modules['alias'] = json``):
+    :func:`pycds._dump` would warn about them."""
+    from .dump import _spec_of
     pairs = _import_order.in_start_order(list(sys.modules.items()))
     return [name for name, module in pairs
-            if name not in _MAIN_NAMES and _imported_by_name(module)]
+            if name not in _MAIN_NAMES and _spec_of(name, module) is not None]
 
 
 def _session_names(path, session):

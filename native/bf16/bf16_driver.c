@@ -1125,6 +1125,12 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
     if (ep == NULL && c == NULL) {
         return BF16K_E_ARG;
     }
+    /* The operands are checked also where they are not read (below): a
+     * caller's wrong length is an error whatever alpha is. */
+    if (packed_len(d, k, n) < 0 || bp_len < packed_len(d, k, n)
+            || (k > 0 && (a == NULL || bp == NULL))) {
+        return BF16K_E_ARG;
+    }
     if ((k == 0 || alpha == 0.0f) && ep == NULL) {
         /* BLAS quick return (reference sgemm; OpenBLAS's level-3 driver):
          * C := beta*C, A and B not read, so inf or NaN in them (or a NaN
@@ -1142,11 +1148,6 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
         }
         return BF16K_OK;
     }
-    if (a == NULL || bp == NULL || bp_len < packed_len(d, k, n)
-            || packed_len(d, k, n) < 0) {
-        return BF16K_E_ARG;
-    }
-
     const int64_t panels = ceil_div(n, d->nr);
     const int64_t tiles = ceil_div(m, d->mr);
     double flops = 2.0 * (double)m * (double)n * (double)k;

@@ -150,7 +150,8 @@ def _check4d(x, name="x", layout="NCHW"):
 
 def _check_bias(bias, n):
     # None, or a real array of shape (n,) -> None or (n,) float32 (a copy
-    # only when it is not float32 already).  No broadcasting.
+    # only when it is not float32 already).  No broadcasting.  uint16 is
+    # BF16 bits, as everywhere in this module (widened exactly).
     if bias is None:
         return None
     b = np.asarray(bias)
@@ -158,7 +159,7 @@ def _check_bias(bias, n):
         raise ValueError(f"bias must be real (float), got dtype {b.dtype}")
     if b.shape != (n,):
         raise ValueError(f"bias must have shape ({n},), got {b.shape}")
-    return np.asarray(b, dtype=np.float32)
+    return as_float32(b)
 
 
 # --------------------------------------------------------------------------
@@ -251,7 +252,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="N
         Weights (PyTorch layout).  Pass a :class:`PackedConv` from
         :func:`pack_conv_weight` to skip the per-call reorder and packing.
     bias : ndarray of float32, shape (K,), optional
-        Added in fp32 (other real dtypes are cast; no broadcasting).
+        Added in fp32 (BF16, uint16 bits or ml_dtypes, is widened exactly;
+        other real dtypes are cast; no broadcasting).
     stride, padding, dilation : int or (int, int)
         ``(SH, SW)``, ``(PH, PW)`` (zeros), ``(DH, DW)``.
     groups : int
@@ -462,7 +464,8 @@ def linear(x, w, bias=None):
     w : ndarray of float32 or BF16, shape (out_features, in_features); or PackedB
         PyTorch ``Linear.weight`` layout, or :func:`pack_linear_weight` output.
     bias : ndarray of float32, shape (out_features,), optional
-        Added in fp32 (other real dtypes are cast; no broadcasting).
+        Added in fp32 (BF16, uint16 bits or ml_dtypes, is widened exactly;
+        other real dtypes are cast; no broadcasting).
 
     Returns
     -------

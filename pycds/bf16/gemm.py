@@ -387,7 +387,8 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     b : PackedB, or ndarray of BF16, shape (K, N)
         Weights; packed with :func:`pack` once for repeated use.
     bias : ndarray of float32, shape (N,), optional
-        Added in fp32 to every row.
+        Added in fp32 to every row (BF16, uint16 bits or ml_dtypes, is
+        widened exactly).
     residual : ndarray of uint16 (BF16 bits), shape (M, N), optional
         Added in fp32 (a ResNet shortcut).  May be `out` itself.  Unit
         column stride, any row stride.
@@ -425,7 +426,12 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     order ``(alpha * AB + bias) + residual``.
     """
     op_a, b, m, n, k = _check_args(a, b, None, trans_a, False)
-    bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    if bias is not None:
+        bias = np.asarray(bias)
+        # uint16 is BF16 bits here as everywhere in pycds.bf16.
+        bias = np.ascontiguousarray(
+            to_float32(bias) if bias.dtype == np.uint16 or bias.dtype.name == "bfloat16"
+            else np.asarray(bias, dtype=np.float32))
     if bias is not None and bias.shape != (n,):
         raise ValueError(f"bias must have shape ({n},), got {bias.shape}")
     res = None

@@ -56,7 +56,9 @@ def _int(e, name, v):
 # integer (floats, bools, strings, None); ValueError for a sequence that is
 # not a pair, or a negative value (the callers check the lower bounds).
 def _pair(v, name):
-    if isinstance(v, (str, bytes)):
+    given = v
+    if isinstance(v, (str, bytes, set, frozenset, dict)):
+        # (a set or dict has no order: which entry is the height?)
         raise TypeError(f"{name} must be an int or a pair of ints, got {v!r}")
     try:
         v = (_int(v, name, v),) * 2
@@ -69,7 +71,7 @@ def _pair(v, name):
             raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}") from None
         v = tuple(_int(e, name, v) for e in items)
     if v[0] < 0 or v[1] < 0:
-        raise ValueError(f"{name} must be non-negative, got {v!r}")
+        raise ValueError(f"{name} must be non-negative, got {given!r}")
     return v
 
 

@@ -228,6 +228,20 @@ class TestLinear:
         with pytest.raises(ValueError, match="in_features=3"):
             F.linear(np.zeros((2, 4), np.float32), np.zeros((5, 3), np.float32))
 
+    def test_bf16_bias_is_bits(self):
+        # uint16 is BF16 bits here as everywhere in pycds.bf16: 0x3F80 is
+        # 1.0, not 16256.0 (the same for conv2d_bf16: functional._check_bias).
+        rng = np.random.default_rng(3)
+        x, w = rng.standard_normal((2, 3), np.float32), rng.standard_normal((5, 3), np.float32)
+        bits = np.full(5, 0x3F80, np.uint16)
+        np.testing.assert_array_equal(F.linear(x, w, bits), F.linear(x, w, np.ones(5, np.float32)))
+        np.testing.assert_array_equal(F.linear(x, w, to_bf16(np.ones(5, np.float32), out="ml_dtypes")),
+                                      F.linear(x, w, np.ones(5, np.float32)))
+        from pycds.bf16 import gemm
+        a, b = to_bf16(x), gemm.pack(to_bf16(w.T.copy()))
+        np.testing.assert_array_equal(gemm.sbgemm_fused(a, b, bias=bits),
+                                      gemm.sbgemm_fused(a, b, bias=np.ones(5, np.float32)))
+
     @pytest.mark.parametrize("bias", [np.ones(1, np.float32), np.ones((2, 5), np.float32),
                                       np.ones(4, np.float32), np.float32(1.0),
                                       np.ones(5, np.complex64)])

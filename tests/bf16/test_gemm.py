@@ -298,6 +298,21 @@ class TestErrors:
                               short.size)
         assert rc == -2
 
+    @pytest.mark.parametrize("alpha", [1.0, 0.0])
+    def test_native_short_packed_b_refused_whatever_alpha(self, native_kernel, alpha):
+        # alpha == 0 reads neither operand (BLAS quick return), but a wrong
+        # length is still the caller's error.
+        ffi, lib = _kernels.ffi, _kernels.lib
+        a = np.zeros((3, 4), np.uint16)
+        short = np.zeros(8, np.uint16)
+        c = np.ones((3, 40), np.float32)
+        rc = lib.bf16k_sbgemm_packed(
+            3, 40, 4, alpha, ffi.cast("const uint16_t *", ffi.from_buffer(a)), 4, 1,
+            ffi.cast("const uint16_t *", ffi.from_buffer(short)), short.size,
+            lib.bf16k_packed_layout(), 0.0,
+            ffi.cast("float *", ffi.from_buffer(c, require_writable=True)), 40)
+        assert rc == -2 and np.all(c == 1.0)
+
 
 class TestDispatch:
     def test_kernel_name(self):

@@ -143,6 +143,7 @@ class TestIm2col:
         ("dilation", np.float64(1.0), TypeError), ("padding", None, TypeError),
         ("padding", -1, ValueError), ("padding", (0, -2), ValueError),
         ("kernel_size", (), ValueError), ("kernel_size", [3], ValueError),
+        ("kernel_size", {1, 2}, TypeError), ("stride", {1: 1, 2: 2}, TypeError),
     ])
     def test_junk_params(self, param, value, exc):
         x = np.zeros((1, 2, 6, 6), np.float32)
