@@ -195,4 +195,6 @@ def to_float32(b):
     b = bf16_bits(b, "b")
     if _lib is not None and b.size >= _NATIVE_MIN and b.flags.c_contiguous:
         return _native_to_f32(b)
-    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    # (1-D while shifting: numpy arithmetic on a 0-d array gives a scalar.)
+    wide = b.reshape(-1).astype(np.uint32) << np.uint32(16)
+    return wide.view(np.float32).reshape(b.shape)

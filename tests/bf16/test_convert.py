@@ -171,6 +171,10 @@ class TestAPI:
         assert int(b) == want
         m = to_bf16(x, rounding="truncate", out="ml_dtypes")
         assert isinstance(m, np.ndarray) and m.shape == () and int(m.view(np.uint16)) == want
+        # and back: a 0-d float32 array, as the docstring says
+        f = to_float32(b)
+        assert isinstance(f, np.ndarray) and f.dtype == np.float32 and f.shape == ()
+        assert f.view(np.uint32) == want << 16
 
     @pytest.mark.parametrize("x", [
         None, "1.5", np.array(["1.5"]), np.array([True, False]), True,
