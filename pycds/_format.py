@@ -90,6 +90,14 @@ _BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
                     "<frozen importlib._bootstrap_external>")
 
 
+# Raised by whatever code runs when the program's stack or memory runs out.
+PROGRAM_STATE_ERRORS = (RecursionError, MemoryError)
+
+# Bound at import, as importlib binds posix.stat: a program that replaces
+# os.stat (mock.patch) changes neither what plain import sees nor this.
+_stat = os.stat
+
+
 def program_raised(e):
     """Whether ``e``, caught around pycds's own work in an import (an index
     lookup, a ``stat``, a read, a native load or release), is the program's
@@ -111,7 +119,7 @@ def program_raised(e):
     (Not applied while the native module loads: what the program raises
     there, say its meta path finder refusing ``_cffi_backend``, is a reason
     not to use the archive; ``pycds.finder._Archive.load_code``.)"""
-    if isinstance(e, (RecursionError, MemoryError)):
+    if isinstance(e, PROGRAM_STATE_ERRORS):
         return True
     tb = e.__traceback__
     if tb is None:
@@ -120,6 +128,17 @@ def program_raised(e):
         tb = tb.tb_next
     filename = tb.tb_frame.f_code.co_filename
     return not (filename.startswith(_PACKAGE_DIR) or filename in _BOOTSTRAP_FILES)
+
+
+def stat_or_none(path):
+    """``os.stat(path)`` (as bound at import), or None where it fails; what
+    the program raised meanwhile (:func:`program_raised`) propagates."""
+    try:
+        return _stat(path)
+    except (OSError, ValueError) as e:
+        if program_raised(e):
+            raise
+        return None
 
 
 def source_hash(data):
@@ -352,8 +371,7 @@ class Index:
             if not stat.S_ISREG(st.st_mode):
                 raise FormatError("not a regular file")
             if check_owner:
-                _check_owner(st)
-                _check_directory(path)
+                check_trusted(st, path)
             h = Header.parse(os.pread(fd, HEADER_SIZE, 0), st.st_size,
                              check_version=check_interpreter)
             meta_b = os.pread(fd, h.meta_len, h.meta_off)
@@ -552,6 +570,13 @@ def _check_directory(path):
         elif parts:
             check(nxt, st.st_mode)     # a directory on the way
             cur = nxt
+
+
+def check_trusted(st, path):
+    """Raise :class:`FormatError` for an archive at ``path`` (of stat ``st``)
+    that others could have written or could replace: what SHARE refuses."""
+    _check_owner(st)
+    _check_directory(path)
 
 
 def _check_owner(st):

@@ -36,7 +36,7 @@ from _frozen_importlib_external import (FileFinder, PathFinder,
                                         _get_supported_file_loaders,
                                         spec_from_file_location)
 
-from ._format import program_raised
+from ._format import stat_or_none
 
 __all__ = ["Recorder", "find_spec", "replayed"]
 
@@ -66,18 +66,10 @@ _RACY_NS = 2_000_000_000
 replayed = 0
 
 
-# Bound at import, as importlib binds posix.stat (a program's replacement of
-# os.stat changes neither).
-_stat = os.stat
-
-
 def _stamp(path):
     """(st_mtime_ns, st_ctime_ns, st_ino, st_dev) of path, or None."""
-    try:
-        st = _stat(path)
-    except (OSError, ValueError) as e:
-        if program_raised(e):
-            raise
+    st = stat_or_none(path)
+    if st is None:
         return None
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 

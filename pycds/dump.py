@@ -264,12 +264,11 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
 
 def _warn_if_refused(path):
     """One warning now, when a SHARE run would refuse the archive just
-    written at ``path`` for where it lies (a directory others may write,
-    ``_format._check_directory``) or its mode (``_check_owner``): better
-    than a refusal in every run after."""
+    written at ``path`` for where it lies (a directory others may write) or
+    its mode (``_format.check_trusted``): better than a refusal in every run
+    after."""
     try:
-        F._check_owner(os.stat(path))
-        F._check_directory(path)
+        F.check_trusted(os.stat(path), path)
     except (F.FormatError, OSError) as e:
         _log.warning(f"archive written to {path}, but SHARE runs will refuse it: {e}")
 

@@ -27,7 +27,6 @@ archive hit.
 import _imp
 import _io
 import _thread
-import os
 import sys
 import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
@@ -195,7 +194,7 @@ class _Archive:
                 # or audit hook may refuse with anything: whatever the
                 # program raised there is a reason not to use the archive,
                 # not an error of the program's import.
-                if isinstance(e, (RecursionError, MemoryError)):
+                if isinstance(e, F.PROGRAM_STATE_ERRORS):
                     raise
             elif F.program_raised(e):
                 raise
@@ -259,22 +258,14 @@ class _Archive:
                     _say(f"release {entry.name}: {e}", 2)
 
 
-# Bound at import, as importlib binds posix.stat: a program that replaces
-# os.stat (mock.patch) does not change what plain import sees, nor this.
-_stat = os.stat
-
-
 def _stale(entry, check, cached=None):
     """Why plain import would not produce the archived code now, or None.
     ``cached``: the ``.pyc`` path plain import would read now (the spec's),
     if known."""
     if check == "unchecked":
         return None
-    try:
-        st = _stat(entry.origin)
-    except OSError as e:
-        if F.program_raised(e):
-            raise
+    st = F.stat_or_none(entry.origin)
+    if st is None:
         return "source is gone"
     if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
         return "source changed"
@@ -298,12 +289,7 @@ def _stale(entry, check, cached=None):
         # wherever a .pyc is no newer than its source would catch it, but
         # costs a read of most sources of every tar or Docker layer
         # install, whose mtimes are whole seconds.)
-        try:
-            pst = _stat(entry.pyc_path) if entry.pyc_path else None
-        except OSError as e:
-            if F.program_raised(e):
-                raise
-            pst = None
+        pst = F.stat_or_none(entry.pyc_path) if entry.pyc_path else None
         if (pst is None or entry.pyc_kind == F.PYC_NONE
                 or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size):
             check = "hash"
@@ -312,11 +298,8 @@ def _stale(entry, check, cached=None):
         # the same file, under the same policy, as at the dump.
         if _imp.check_hash_based_pycs != entry.check_hash_pycs:
             return "check_hash_based_pycs differs"
-        try:
-            pst = _stat(entry.pyc_path)
-        except OSError as e:
-            if F.program_raised(e):
-                raise
+        pst = F.stat_or_none(entry.pyc_path)
+        if pst is None:
             return "hash-based .pyc is gone"
         if pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size:
             return "hash-based .pyc changed"

@@ -9,9 +9,8 @@ a DUMP run do with their archive.
 """
 
 import os
-import sys
 
-from . import _config, _import_order, _log
+from . import _config, _log
 
 # Set by the first TRACE process; children inherit it (see dump.SESSION_VAR).
 SESSION_VAR = "PYCDS_TRACE_SESSION"
@@ -33,9 +32,8 @@ def module_names():
     sys.modules themselves (Cython's spec-less ``cython_runtime`` and
     ``_cython_3_x``), nor aliases (``sys.modules['alias'] = json``):
     :func:`pycds._dump` would warn about them."""
-    from .dump import _spec_of
-    pairs = _import_order.in_start_order(list(sys.modules.items()))
-    return [name for name, module in pairs
+    from .dump import _spec_of, snapshot
+    return [name for name, module in snapshot()
             if name not in _MAIN_NAMES and _spec_of(name, module) is not None]
 
 

@@ -104,7 +104,7 @@ def to_bf16(x, rounding="nearest", out="uint16"):
         )
     if x.dtype.name == "bfloat16":
         bits = np.array(x.view(np.uint16), order="C")  # a copy, as documented
-    elif x.dtype.kind not in "fiu":
+    elif not _real_dtype(x.dtype):
         raise ValueError(f"x must be real (floating or integer), got dtype {x.dtype}")
     else:
         f = np.asarray(x, dtype=np.float32, order="C")  # keeps 0-d shape
@@ -156,6 +156,13 @@ def _round_bits(u, rounding):
         sign = (u[nan] >> np.uint32(16)).astype(np.uint16) & np.uint16(0x8000)
         r[nan] = sign | np.uint16(BF16_NAN)
     return r
+
+
+def _real_dtype(dt):
+    """Whether numpy dtype `dt` holds real numbers: floating, integer (uint16
+    included: BF16 bits where the caller takes them so) or
+    ``ml_dtypes.bfloat16``; not complex, bool, strings, datetimes, objects."""
+    return dt.kind in "fiu" or dt.name == "bfloat16"
 
 
 def bf16_bits(x, name):

@@ -37,7 +37,7 @@ output.  NCHW calls transpose at the edges; the models in
 import numpy as np
 
 from pycds.bf16.convert import to_bf16, to_float32
-from pycds.bf16.gemm import PackedB, pack, sbgemm, sbgemm_fused
+from pycds.bf16.gemm import PackedB, _check_bias, pack, sbgemm, sbgemm_fused
 from pycds.bf16.im2col import LAYOUTS, _pair, conv_output_size, im2col, pad2d
 
 __all__ = [
@@ -146,20 +146,6 @@ def to_nchw(x):
 def _check4d(x, name="x", layout="NCHW"):
     if x.ndim != 4:
         raise ValueError(f"{name} must be 4-D {layout}, got shape {x.shape}")
-
-
-def _check_bias(bias, n):
-    # None, or a real array of shape (n,) -> None or (n,) float32 (a copy
-    # only when it is not float32 already).  No broadcasting.  uint16 is
-    # BF16 bits, as everywhere in this module (widened exactly).
-    if bias is None:
-        return None
-    b = np.asarray(bias)
-    if b.dtype.kind not in "fiu" and b.dtype.name != "bfloat16":
-        raise ValueError(f"bias must be real (float), got dtype {b.dtype}")
-    if b.shape != (n,):
-        raise ValueError(f"bias must have shape ({n},), got {b.shape}")
-    return as_float32(b)
 
 
 # --------------------------------------------------------------------------

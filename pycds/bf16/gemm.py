@@ -53,7 +53,7 @@ import warnings
 
 import numpy as np
 
-from pycds.bf16.convert import bf16_bits, to_float32
+from pycds.bf16.convert import _real_dtype, bf16_bits, to_float32
 
 try:
     from pycds.bf16._kernels import ffi as _ffi, lib as _lib
@@ -388,7 +388,7 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
         Weights; packed with :func:`pack` once for repeated use.
     bias : ndarray of float32, shape (N,), optional
         Added in fp32 to every row (BF16, uint16 bits or ml_dtypes, is
-        widened exactly).
+        widened exactly; other real dtypes are cast; no broadcasting).
     residual : ndarray of uint16 (BF16 bits), shape (M, N), optional
         Added in fp32 (a ResNet shortcut).  May be `out` itself.  Unit
         column stride, any row stride.
@@ -413,9 +413,9 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     Raises
     ------
     ValueError
-        On shape or dtype mismatch (message gives got vs expected), or if
-        `out` / `residual` do not have unit column stride, or `out` is
-        read-only.
+        On shape or dtype mismatch (message gives got vs expected; `bias`
+        not real numbers, such as complex), or if `out` / `residual` do not
+        have unit column stride, or `out` is read-only.
     Bf16KernelError
         If the native kernel reports an error (e.g. out of memory).
 
@@ -426,14 +426,9 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     order ``(alpha * AB + bias) + residual``.
     """
     op_a, b, m, n, k = _check_args(a, b, None, trans_a, False)
+    bias = _check_bias(bias, n)
     if bias is not None:
-        bias = np.asarray(bias)
-        # uint16 is BF16 bits here as everywhere in pycds.bf16.
-        bias = np.ascontiguousarray(
-            to_float32(bias) if bias.dtype == np.uint16 or bias.dtype.name == "bfloat16"
-            else np.asarray(bias, dtype=np.float32))
-    if bias is not None and bias.shape != (n,):
-        raise ValueError(f"bias must have shape ({n},), got {bias.shape}")
+        bias = np.ascontiguousarray(bias)
     res = None
     if residual is not None:
         res = _as_bf16_bits(residual, "residual")
@@ -472,6 +467,23 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     if dst is not out:
         out[...] = dst
     return out
+
+
+def _check_bias(bias, n):
+    # None, or a real array of shape (n,) -> None or (n,) float32 (a copy
+    # only when it is not float32 already).  No broadcasting.  uint16 is
+    # BF16 bits, as everywhere in pycds.bf16 (widened exactly).  The check of
+    # sbgemm_fused and of pycds.bf16.functional's convolutions and linear.
+    if bias is None:
+        return None
+    b = np.asarray(bias)
+    if not _real_dtype(b.dtype):
+        raise ValueError(f"bias must be real (float), got dtype {b.dtype}")
+    if b.shape != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {b.shape}")
+    if b.dtype == np.uint16 or b.dtype.name == "bfloat16":
+        return to_float32(b)
+    return np.asarray(b, dtype=np.float32)
 
 
 def _rows_apart(x):

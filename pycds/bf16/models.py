@@ -41,6 +41,7 @@ import zlib
 import numpy as np
 
 from pycds.bf16 import functional as F
+from pycds.bf16.convert import _real_dtype
 from pycds.bf16.layers import (
     AdaptiveAvgPool2d,
     Conv2d,
@@ -165,8 +166,7 @@ def save_state_dict(state_dict, path, metadata=None):
 
 def _real(a):
     # True if `a` holds real numbers: float, integer or ml_dtypes.bfloat16.
-    dt = np.asarray(a).dtype
-    return dt.kind in "fiu" or dt.name == "bfloat16"
+    return _real_dtype(np.asarray(a).dtype)
 
 
 def _check_state_dict(sd, shapes, model):

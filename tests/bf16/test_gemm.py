@@ -451,6 +451,8 @@ class TestSbgemmFused:
         a, b = np.zeros((3, 4), np.uint16), np.zeros((4, 5), np.uint16)
         with pytest.raises(ValueError, match="bias"):
             gemm.sbgemm_fused(a, b, bias=np.zeros(4, np.float32))
+        with pytest.raises(ValueError, match="bias must be real"):
+            gemm.sbgemm_fused(a, b, bias=np.zeros(3, np.complex64))
         with pytest.raises(ValueError, match="residual"):
             gemm.sbgemm_fused(a, b, residual=np.zeros((3, 4), np.uint16))
         with pytest.raises(ValueError, match="out"):

@@ -474,13 +474,14 @@ class TestProgramExceptions:
         # "source is gone", the program's.
         r = self._import_under_tracer(tmp_path, """
             import inspect, sys
-            import pycds.finder
-            src, first = inspect.getsourcelines(pycds.finder._stale)
+            import pycds._format
+            src, first = inspect.getsourcelines(pycds._format.stat_or_none)
             at = first + next(i for i, line in enumerate(src)
-                              if "_stat(entry.origin)" in line)
+                              if "return _stat(path)" in line)
             armed = [True]
             def tracer(frame, event, arg):
-                if frame.f_code.co_name == "_stale":
+                if frame.f_code.co_name == "stat_or_none" \\
+                        and str(frame.f_locals.get("path")).endswith(".py"):
                     return local
                 return None
             def local(frame, event, arg):
