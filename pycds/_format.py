@@ -200,6 +200,29 @@ def meta_for_this_interpreter():
     }
 
 
+# The environment variable in which the first SHARE process of a process
+# tree names its interpreter facts (interpreter_tag) for the processes it
+# starts, which inherit its archive through PYCDSARCHIVE.
+SHARE_SESSION_VAR = "PYCDS_SHARE_SESSION"
+
+_tag = None
+
+
+def interpreter_tag():
+    """16 hex digits naming this process's interpreter facts (what an
+    archive's meta block must match: :func:`meta_for_this_interpreter`), as
+    they were at the first call (start-up in DUMP and SHARE runs).  A child
+    process whose tag is not its DUMP session's does not write over the
+    session's archive (pycds.dump); one whose tag is not its SHARE
+    session's takes an archive made for another interpreter quietly
+    (pycds.finder.install)."""
+    global _tag
+    if _tag is None:
+        facts = repr(sorted(meta_for_this_interpreter().items()))
+        _tag = "%016x" % checksum(facts.encode("utf-8", "surrogatepass"), 0)
+    return _tag
+
+
 _debug_ranges = None
 
 
@@ -238,6 +261,12 @@ class FormatError(Exception):
     """Raised by the reader with a one-line reason (turned into a warning)."""
 
 
+class ForeignArchive(FormatError):
+    """A sound archive made for another interpreter: another Python version
+    or build, another ``-O`` or ``-X no_debug_ranges``, another pycds
+    archive format."""
+
+
 class Header:
     """The parsed 256-byte header."""
 
@@ -254,19 +283,19 @@ class Header:
             setattr(h, name, _u(b, off, size))
         h.magic = b[:8]
         if h.format != FORMAT_VERSION:
-            raise FormatError(f"archive format {h.format}, this pycds reads "
+            raise ForeignArchive(f"archive format {h.format}, this pycds reads "
                               f"format {FORMAT_VERSION}")
         # Checked before the checksum: _imp.source_hash is SipHash-2-4 on
         # 3.10 and SipHash-1-3 from 3.11 on, so another version's header
         # could not even be verified; say which version made it instead.
         if check_version and h.py_hexversion >> 16 != sys.hexversion >> 16:
-            raise FormatError(
+            raise ForeignArchive(
                 f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
                 f"this is Python {sys.version_info[0]}.{sys.version_info[1]}")
         if _u(b, _SUM_AT, 8) != checksum(b[:_SUM_AT], _HEADER_KEY):
             if (h.py_hexversion >= 0x030B0000) != (sys.hexversion >= 0x030B0000):
                 # Not damage: the other side of the SipHash change (above).
-                raise FormatError(
+                raise ForeignArchive(
                     f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
                     f"whose checksums this Python {sys.version_info[0]}."
                     f"{sys.version_info[1]} cannot verify; read it with that version")
@@ -391,7 +420,7 @@ class Index:
                                f"{meta[key]!r}, this is {value!r})")
                 if foreign is not None:
                     if check_interpreter:
-                        raise FormatError(foreign)
+                        raise ForeignArchive(foreign)
                     break
             buckets = os.pread(fd, h.nbuckets * 8, h.buckets_off)
             if len(buckets) != h.nbuckets * 8 or \

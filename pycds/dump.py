@@ -285,22 +285,11 @@ def dump_session():
     return _config.inherited_session(SESSION_VAR, interpreter_tag())
 
 
-def interpreter_tag():
-    """16 hex digits naming this process's interpreter facts (what an
-    archive's meta block must match: pycds._format.meta_for_this_interpreter).
-    A process of a DUMP session whose tag is not the session's -- a child
-    run by another Python, or with another -O or -X no_debug_ranges --
-    does not write over an archive of its session: its code could not share
-    it, and replacing it would drop what the others wrote.  Computed once
-    (the facts as they were at start-up)."""
-    global _tag
-    if _tag is None:
-        facts = repr(sorted(F.meta_for_this_interpreter().items()))
-        _tag = "%016x" % F.checksum(facts.encode("utf-8", "surrogatepass"), 0)
-    return _tag
-
-
-_tag = None     # made once: at start-up in a DUMP run (dump_session)
+# A member of a DUMP session whose tag is not the session's -- a child run
+# by another Python, or with another -O or -X no_debug_ranges -- does not
+# write over an archive of its session: its code could not share it, and
+# replacing it would drop what the others wrote.
+interpreter_tag = F.interpreter_tag
 
 
 def _session_is_ours(session):

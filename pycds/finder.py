@@ -27,6 +27,7 @@ archive hit.
 import _imp
 import _io
 import _thread
+import os
 import sys
 import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
@@ -505,6 +506,22 @@ def _first_search(*args):
 _search_find_spec = _first_search
 
 
+def _path_finder_next(finder):
+    """Whether ``finder`` stands just before the stock PathFinder on
+    ``sys.meta_path``, as install() put it.  Only then is PathFinder's answer
+    the one plain import would get after ``finder`` declined: a program may
+    have put a finder of its own in between, or in PathFinder's place (to
+    refuse imports, to log them), or removed PathFinder.  Never raises."""
+    try:
+        meta_path = sys.meta_path
+        for i in range(len(meta_path) - 1):
+            if meta_path[i] is finder:
+                return meta_path[i + 1] is PathFinder
+    except Exception:
+        pass
+    return False
+
+
 class CDSFinder:
     """Meta path finder serving archived modules (see the module docstring)."""
 
@@ -530,6 +547,11 @@ class CDSFinder:
         if entry is None:
             if _verbose >= 2:
                 _say(f"not in archive {fullname}", 2)
+            return None
+        if not _path_finder_next(self):
+            # Plain import would ask what now stands there (a program's
+            # finder put in PathFinder's place, or before it), or nothing.
+            _fallback(fullname, "PathFinder does not follow pycds on sys.meta_path")
             return None
         if (archive._native is None
                 and archive.startup_plain_bytes + entry.chunk_len <= STARTUP_PLAIN_BYTES
@@ -592,8 +614,24 @@ def install(config):
         # find_spec that import would come back to this finder.
         from . import _log
         _log.level = max(_log.level, _verbose)
+    # The first SHARE process of a process tree names its interpreter facts
+    # for the processes it starts, which inherit its archive (PYCDSARCHIVE).
+    session = os.environ.get(F.SHARE_SESSION_VAR)
+    if not session:
+        session = os.environ[F.SHARE_SESSION_VAR] = F.interpreter_tag()
     try:
         index = F.Index.open(config.archive)
+    except F.ForeignArchive as e:
+        if session != F.interpreter_tag():
+            # A child run by another Python or with other flags (-O) was
+            # handed its parent's archive, not one made for it: plain
+            # import, as without pycds, and nothing on its stderr.
+            if _verbose:
+                _say(f"archive {config.archive} not used: {e} (the archive of "
+                     "a parent process run by another interpreter)", 1)
+            return None
+        _warn(f"archive {config.archive} ignored: {e}")
+        return None
     except F.FormatError as e:
         _warn(f"archive {config.archive} ignored: {e}")
         return None

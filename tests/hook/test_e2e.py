@@ -724,6 +724,63 @@ class TestStartUpImports:
         assert (r.rc, r.out) == (0, "1\n") and "dep" in r.served(), r
 
 
+class TestMetaPath:
+    """PathFinder's answer is plain import's only while PathFinder follows
+    pycds's finder on sys.meta_path."""
+
+    PROG = textwrap.dedent("""\
+        import sys
+        from importlib.machinery import PathFinder
+        class Guard(PathFinder):
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                if name == "csv":
+                    raise ImportError("csv is not allowed here")
+                return super().find_spec(name, path, target)
+        at = sys.meta_path.index(PathFinder)
+        if sys.argv[1] == "replace":
+            sys.meta_path[at] = Guard
+        elif sys.argv[1] == "between":
+            sys.meta_path.insert(at, Guard)
+        else:
+            sys.meta_path.remove(PathFinder)
+        try:
+            import csv
+            print("imported", csv.__name__)
+        except ImportError as e:
+            print("ImportError:", e)
+        """)
+
+    @pytest.mark.parametrize("how", ["replace", "between", "remove"])
+    def test_a_finder_in_pathfinders_place_is_asked(self, tmp_path, how):
+        (tmp_path / "prog.py").write_text(self.PROG)
+        img = str(tmp_path / "a.img")
+        run_python(["-c", "import csv"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        plain = run_python(["prog.py", how], cwd=tmp_path)
+        assert plain.out.startswith("ImportError:"), plain
+        s = run_python(["prog.py", how], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert s.out == plain.out and not s.warnings(), s
+        assert "fallback csv: PathFinder does not follow pycds on sys.meta_path" in s.err
+
+    def test_a_finder_after_pathfinder_changes_nothing(self, tmp_path):
+        (tmp_path / "prog.py").write_text(textwrap.dedent("""\
+            import sys
+            class Last:
+                @staticmethod
+                def find_spec(name, path=None, target=None):
+                    return None
+            sys.meta_path.append(Last)
+            import csv
+            print(csv.__name__)
+            """))
+        img = str(tmp_path / "a.img")
+        run_python(["-c", "import csv"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        s = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert s.out == "csv\n" and "csv" in s.served(), s
+
+
 class TestModes:
     def test_unknown_mode_warns_once_and_runs(self, tmp_path):
         r = run_python(["-c", "print('ok')"], cwd=tmp_path, PYCDSMODE="SHAER")
@@ -751,6 +808,40 @@ class TestModes:
         other = run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="DUMP",
                            XDG_CACHE_HOME=cache)
         assert other.rc == 0 and len(os.listdir(cache / "pycds")) == 2
+
+    # A child process run with -O (another interpreter's facts) inherits its
+    # parent's archive through PYCDSARCHIVE.
+    CHILD_O = textwrap.dedent("""\
+        import subprocess, sys
+        r = subprocess.run([sys.executable, "-O", "-c", "import json; print('child')"],
+                           capture_output=True, text=True)
+        print(repr(r.stdout), repr(r.stderr))
+        import json
+        """)
+
+    def test_a_child_with_other_flags_takes_its_parents_archive_quietly(self, tmp_path):
+        """Plain import in the child, and nothing on its stderr: it did not
+        ask for that archive (the default one, or the one named for its
+        parent); the parent is served."""
+        (tmp_path / "prog.py").write_text(self.CHILD_O)
+        cache = tmp_path / "cache"
+        plain = run_python(["prog.py"], cwd=tmp_path)
+        assert plain.out == "'child\\n' ''\n", plain
+        for env in ({"XDG_CACHE_HOME": cache}, {"PYCDSARCHIVE": "app.img"}):
+            d = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", **env)
+            assert d.out == plain.out and not d.warnings(), d
+            s = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", **env)
+            assert s.out == plain.out and s.err == "", s
+            v = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+            assert "json" in v.served() and "made by another interpreter" in v.out, v
+
+    def test_an_archive_for_another_flag_still_warns_the_process_given_it(self, tmp_path):
+        img = str(tmp_path / "a.img")
+        run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        s = run_python(["-O", "-c", "import json; print('ok')"], cwd=tmp_path,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert s.out == "ok\n"
+        assert len(s.warnings()) == 1 and "optimize 0, this is 1" in s.warnings()[0], s
 
     def test_trace_then_api_dump(self, workspace, tmp_path):
         lst = str(tmp_path / "mods.lst")

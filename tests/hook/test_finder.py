@@ -29,16 +29,24 @@ def make_finder(img, check="mtime"):
     return finder.CDSFinder(finder._Archive(F.Index.open(img), check))
 
 
+def placed(f):
+    """f, put before PathFinder on sys.meta_path as install() puts it (the
+    finder serves only from there; run inside import_state())."""
+    from importlib.machinery import PathFinder
+    sys.meta_path.insert(sys.meta_path.index(PathFinder), f)
+    return f
+
+
 class TestCDSFinder:
     def test_hit_returns_path_finders_spec_with_archive_loader(self, archived_pkg):
         root, img = archived_pkg
         f = make_finder(img)
         with import_state(path=[str(root)] + sys.path), uncache("fpkg", "fmod"):
+            placed(f)
             spec = f.find_spec("fmod")
             assert finder.served_loader(spec.loader)
             assert type(spec.loader) is SourceFileLoader
             assert spec.origin == str(root / "fmod.py") and spec.cached
-            sys.meta_path.insert(0, f)
             mod = importlib.import_module("fmod")
             assert mod.VALUE == 42 and mod.__file__ == spec.origin
             pkg = importlib.import_module("fpkg.sub")
@@ -58,15 +66,16 @@ class TestCDSFinder:
         _, img = archived_pkg
         f = make_finder(img)
         with import_state(path=[p for p in sys.path if p]), uncache("fmod"):
-            assert f.find_spec("fmod") is None
+            assert placed(f).find_spec("fmod") is None
 
     def test_unchecked_mode_skips_the_stat(self, archived_pkg):
         root, img = archived_pkg
         (root / "fmod.py").write_text("VALUE = 'edited'\n")
         with import_state(path=[str(root)] + sys.path), uncache("fmod"):
-            spec = make_finder(img).find_spec("fmod")
+            spec = placed(make_finder(img)).find_spec("fmod")
             assert not finder.served_loader(spec.loader)    # mtime: stale
-            spec = make_finder(img, "unchecked").find_spec("fmod")
+        with import_state(path=[str(root)] + sys.path), uncache("fmod"):
+            spec = placed(make_finder(img, "unchecked")).find_spec("fmod")
             assert finder.served_loader(spec.loader)
 
     def test_damaged_index_disables_without_raising(self, archived_pkg):
@@ -79,6 +88,7 @@ class TestCDSFinder:
                 fh.seek(at)
                 fh.write(b"\xa5")
         with import_state(path=[str(root)] + sys.path), uncache("fpkg", "fmod"):
+            placed(f)
             results = [f.find_spec(n) for n in ("fmod", "fpkg")]
         assert f.archive.disabled
         assert all(s is None or not finder.served_loader(s.loader) for s in results)
