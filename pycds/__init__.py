@@ -71,6 +71,7 @@ def _activate(cfg):
         from . import _capture, _import_order, dump
         _capture.install()
         _import_order.install()
+        dump.preload()
         atexit.register(dump.dump_at_exit, cfg)
         dump.dump_session()   # children started from here on inherit it
     elif cfg.mode == _config.MODE_TRACE:

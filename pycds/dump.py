@@ -416,6 +416,20 @@ def _pycds_version():
     return __version__
 
 
+def preload():
+    """Import, at the start of a DUMP run, what :func:`dump_at_exit` needs
+    (the native module with ``_cffi_backend``, the writer, ``fcntl``), so
+    that the dump does not depend on the import system the program leaves
+    at exit: a path hook that raises, ``sys.path`` without site-packages, a
+    meta path finder that refuses names.  The import costs the same then as
+    at exit.  A failure is left for the dump at exit to report."""
+    try:
+        import fcntl  # noqa: F401
+        from . import _nativeapi, _writer, errors  # noqa: F401
+    except Exception:
+        pass
+
+
 def dump_at_exit(config):
     """The atexit handler of DUMP mode: never raises, never changes the exit
     status; a failure is one warning saying no archive was written.  Does

@@ -30,6 +30,7 @@ import _thread
 import os
 import sys
 import time
+import _frozen_importlib as _bootstrap
 from _frozen_importlib_external import PathFinder, SourceFileLoader
 
 from . import _format as F
@@ -154,6 +155,8 @@ class _Archive:
             if self._native is None:
                 self._opener = me
                 try:
+                    if "_cffi_backend" not in sys.modules:
+                        _import_cffi_backend()
                     from . import _nativeapi as N
                     self._native = N.NativeArchive(
                         self.index.fd, self.index.header,
@@ -506,6 +509,31 @@ def _first_search(*args):
 _search_find_spec = _first_search
 
 
+# The search path as start-up left it (install()).
+_startup_path = None
+
+
+def _import_cffi_backend():
+    """Import ``_cffi_backend`` (the native module's, which imports it by
+    name): from ``sys.path`` as the program left it, or else from the
+    search path as it was at start-up.  It is pycds's dependency, installed
+    beside it: a program that has taken site-packages off ``sys.path`` since
+    (to run on the standard library alone) still gets its modules from the
+    archive.  A program's finder or audit hook that refuses the import (it
+    raises) is obeyed."""
+    try:
+        import _cffi_backend  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "_cffi_backend" or not _startup_path:
+            raise
+        spec = PathFinder.find_spec("_cffi_backend", _startup_path)
+        if spec is None:
+            raise
+        # importlib's own load of a found spec (_bootstrap._load, 3.10-3.13):
+        # module lock, sys.modules, as an import statement does.
+        _bootstrap._load(spec)
+
+
 def _path_finder_next(finder):
     """Whether ``finder`` stands just before the stock PathFinder on
     ``sys.meta_path``, as install() put it.  Only then is PathFinder's answer
@@ -604,9 +632,10 @@ def install(config):
     """Open ``config.archive`` and put a :class:`CDSFinder` on
     ``sys.meta_path`` before PathFinder.  Returns the finder, or None (after
     one warning) when the archive cannot be used."""
-    global _installed, _verbose
+    global _installed, _verbose, _startup_path
     if _installed is not None:
         return _installed
+    _startup_path = list(sys.path)
     t0 = time.perf_counter()
     _verbose = config.verbose
     if _verbose:

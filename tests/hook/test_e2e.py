@@ -725,8 +725,9 @@ class TestStartUpImports:
 
 
 class TestMetaPath:
-    """PathFinder's answer is plain import's only while PathFinder follows
-    pycds's finder on sys.meta_path."""
+    """What the program does to the import system: PathFinder's answer is
+    plain import's only while PathFinder follows pycds's finder on
+    sys.meta_path; pycds's own dependency is found whatever sys.path says."""
 
     PROG = textwrap.dedent("""\
         import sys
@@ -762,6 +763,19 @@ class TestMetaPath:
                        PYCDSVERBOSE=1)
         assert s.out == plain.out and not s.warnings(), s
         assert "fallback csv: PathFinder does not follow pycds on sys.meta_path" in s.err
+
+    def test_site_packages_taken_off_sys_path_still_serves(self, tmp_path):
+        """The native module's _cffi_backend is found on the search path of
+        start-up when the program has taken site-packages off sys.path (a
+        misleading warning, "pycds._native is not built", and plain import
+        before)."""
+        img = str(tmp_path / "a.img")
+        run_python(["-c", "import csv"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        code = ("import sys; sys.path[:] = [p for p in sys.path if '-packages' not in p]; "
+                "import csv; print(csv.__name__)")
+        s = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert s.out == "csv\n" and not s.warnings() and "csv" in s.served(), s
 
     def test_a_finder_after_pathfinder_changes_nothing(self, tmp_path):
         (tmp_path / "prog.py").write_text(textwrap.dedent("""\

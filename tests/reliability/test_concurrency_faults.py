@@ -296,6 +296,44 @@ class TestDumpEdges:
         assert len(r.warnings()) == 1 and "stayed locked" in r.warnings()[0], r
         assert not img.exists()
 
+    @pytest.mark.parametrize("state", ["raising path hook", "no site-packages",
+                                       "refusing finder"])
+    def test_the_import_system_the_program_leaves_does_not_stop_the_dump(
+            self, tmp_path, state):
+        """The dump at exit needs the native module (with _cffi_backend,
+        found on sys.path): imported at the start of the run
+        (pycds.dump.preload), not through what the program did to the import
+        system by its end."""
+        prog = textwrap.dedent("""\
+            import sys, json
+            from importlib.machinery import PathFinder
+            if sys.argv[1] == "raising path hook":
+                def hook(path):
+                    if path == "special":
+                        raise RuntimeError("hook exploded")
+                    raise ImportError
+                sys.path_hooks.insert(0, hook)
+                sys.path.insert(0, "special")
+                sys.path_importer_cache.clear()
+            elif sys.argv[1] == "no site-packages":
+                sys.path[:] = [p for p in sys.path if "-packages" not in p]
+            else:
+                class Refuse:
+                    @staticmethod
+                    def find_spec(name, path=None, target=None):
+                        raise ImportError("no more imports")
+                sys.meta_path.insert(0, Refuse)
+            print("done")
+            """)
+        (tmp_path / "prog.py").write_text(prog)
+        img = tmp_path / "a.img"
+        r = run_python(["prog.py", state], cwd=tmp_path, PYCDSMODE="DUMP",
+                       PYCDSARCHIVE=str(img))
+        assert (r.rc, r.out, r.warnings()) == (0, "done\n", []), r
+        s = run_python(["-c", "import json; print('ok')"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(img), PYCDSVERBOSE=1)
+        assert "json" in s.served(), s
+
     @pytest.mark.parametrize("kind", ["fifo", "symlink", "dangling symlink"])
     def test_no_archive_over_what_is_not_a_regular_file(self, tmp_path, kind):
         target = tmp_path / "a.img"
