@@ -68,6 +68,11 @@ PREFETCH_WINDOW = 2 << 20
 # numpy, flask and boto3 unchanged within noise (3.11, docs/performance.md).
 STARTUP_PLAIN_BYTES = 512 << 10
 
+# Seconds an import waits for another thread's opening of the native module
+# (~1 ms; tens of ms from a cold disk) before it is imported plainly
+# (_Archive._open_native): that thread may be waiting for this one.
+NATIVE_WAIT_S = 0.5
+
 
 def stats():
     """Counters of this process: ``served`` (modules executed from the
@@ -137,21 +142,30 @@ class _Archive:
         self.path = index.path
         self.disabled = False
         self._native = None
-        self._open_lock = _thread.allocate_lock()
+        self._open_lock = _thread.allocate_lock()   # held while opening it
         self._opener = None     # thread id while it opens the native handle
+        self._open_waited_out = False   # an import gave up waiting for that
 
     def _open_native(self):
         """The native handle, opened on first use; None while this very
         thread is opening it: importing the native module can import more
         (under ``-X dev`` loading an extension looks up the ascii codec), and
         those are imported plainly rather than wait for a lock their own
-        import holds."""
+        import holds.  Another thread waits for the handle at most
+        :data:`NATIVE_WAIT_S`, then imports plainly, and so does every import
+        after it until the handle is open: the opening runs the program's
+        code (its audit hooks, its meta path finders), which may be waiting,
+        through a module lock, for that very thread's import."""
         # One native handle per archive, also when threads import at once:
         # every module's fix-up state lives in that handle.
         me = _thread.get_ident()
         if self._opener == me:
             return None
-        with self._open_lock:
+        if not self._open_lock.acquire(True, 0 if self._open_waited_out else NATIVE_WAIT_S):
+            # The imports nested in this one wait no more.
+            self._open_waited_out = True
+            return self._native
+        try:
             if self._native is None:
                 self._opener = me
                 try:
@@ -166,6 +180,8 @@ class _Archive:
                 finally:
                     self._opener = None
             return self._native
+        finally:
+            self._open_lock.release()
 
     def disable(self, reason, quiet=False):
         if not self.disabled:

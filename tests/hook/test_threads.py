@@ -7,6 +7,9 @@ even ran another module's code.  That happened in about half of the runs of
 this program.
 """
 
+import textwrap
+import time
+
 from conftest import run_python
 
 RACE = r"""
@@ -55,3 +58,45 @@ class TestThreads:
                        PYCDSVERBOSE=1)
         assert r.out == plain.out == "m True SourceFileLoader True\n", (plain, r)
         assert "m" in r.served()
+
+    def test_an_import_waiting_on_the_native_load_does_not_hang(self, tmp_path):
+        """The first archive hit loads the native module, which imports
+        _cffi_backend: an audit hook of the program importing there waits for
+        the module lock of another thread's import of that module, which
+        waited for the native load: both hung for good.  Now that thread
+        waits at most NATIVE_WAIT_S, then imports plainly."""
+        prog = textwrap.dedent("""\
+            import sys, _thread, time, os
+            go = _thread.allocate_lock(); go.acquire()
+            done = _thread.allocate_lock(); done.acquire()
+            fired = []
+            def hook(event, args):
+                if event == "import" and args[0] == "_cffi_backend" and not fired:
+                    fired.append(1)
+                    go.release(); time.sleep(0.3)
+                    import email.utils
+            sys.addaudithook(hook)
+            def other():
+                go.acquire()
+                import email.utils
+                done.release()
+            _thread.start_new_thread(other, ())
+            if os.environ.get("PYCDSMODE") != "SHARE":
+                import _cffi_backend
+            import json
+            done.acquire()
+            print("done", bool(fired))
+            """)
+        (tmp_path / "prog.py").write_text(prog)
+        img = str(tmp_path / "a.img")
+        run_python(["-c", "import json, email.utils"], cwd=tmp_path, PYCDSMODE="DUMP",
+                   PYCDSARCHIVE=img)
+        plain = run_python(["prog.py"], cwd=tmp_path)
+        assert plain.out == "done True\n", plain
+        t0 = time.monotonic()
+        r = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, timeout=30)
+        assert r.out == plain.out and r.rc == 0 and not r.warnings(), r
+        assert ("[pycds] fallback email.utils: imported while the native module loads"
+                in r.fallbacks()), r
+        assert time.monotonic() - t0 < 10, r
