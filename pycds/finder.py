@@ -346,17 +346,20 @@ def _stale(entry, check, cached=None):
 
 class _ChunkRef:
     """What a loader keeps of an index entry once ``find_spec`` has checked
-    it: the module's name, number and chunk length.  The whole entry (a
+    it: the module's name, number and chunk length, and the source's
+    ``st_mtime_ns`` and size at the dump.  The whole entry (a
     :class:`pycds._format.ModuleEntry` with its paths, hashes and directory
     stamps, ~1.5 KiB) held by every served module's loader for the life of
     the process came to 0.74 MiB for numpy, flask and boto3."""
 
-    __slots__ = ("name", "number", "chunk_len")
+    __slots__ = ("name", "number", "chunk_len", "mtime_ns", "size")
 
-    def __init__(self, name, number, chunk_len):
+    def __init__(self, name, number, chunk_len, mtime_ns, size):
         self.name = name
         self.number = number
         self.chunk_len = chunk_len
+        self.mtime_ns = mtime_ns
+        self.size = size
 
 
 class ArchivedCode:
@@ -427,7 +430,16 @@ class ArchivedCode:
             _fallback(fullname, "SourceFileLoader is patched")
             return SourceFileLoader.get_code(loader, fullname)
         archive = self.archive
-        code = archive.load_code(self.entry)
+        ref = self.entry
+        if archive.check != "unchecked":
+            # The module may run long after find_spec checked its source
+            # (importlib.util.LazyLoader runs it at its first attribute
+            # access): plain import reads the source's stat now.
+            st = F.stat_or_none(loader.path)
+            if st is None or st.st_mtime_ns != ref.mtime_ns or st.st_size != ref.size:
+                _fallback(fullname, "source changed since it was found")
+                return SourceFileLoader.get_code(loader, fullname)
+        code = archive.load_code(ref)
         if code is None:
             return SourceFileLoader.get_code(loader, fullname)
         if archive.release_mode:
@@ -632,7 +644,8 @@ class CDSFinder:
                 spec = PathFinder.find_spec(fullname, path, target)
             return spec
         ArchivedCode.install(spec.loader,
-                             _ChunkRef(fullname, entry.number, entry.chunk_len), archive)
+                             _ChunkRef(fullname, entry.number, entry.chunk_len,
+                                       entry.mtime_ns, entry.size), archive)
         return spec
 
     def invalidate_caches(self):

@@ -214,6 +214,35 @@ class TestStaleSources:
         assert r.out.strip() == "999", r
         assert any("fallback rules: source changed" in f for f in r.fallbacks())
 
+    def test_an_edit_before_a_lazy_module_runs_is_seen(self, tmp_path):
+        """importlib.util.LazyLoader runs the module at its first attribute
+        access: a source changed after find_spec is the one plain import
+        runs (SHARE ran the dumped code)."""
+        (tmp_path / "mymod.py").write_text('VERSION = "v1"\n')
+        (tmp_path / "main.py").write_text(textwrap.dedent("""\
+            import importlib.util, sys
+            spec = importlib.util.find_spec("mymod")
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["mymod"] = mod
+            spec.loader.exec_module(mod)
+            with open("mymod.py", "w") as f:
+                f.write('VERSION = "v2.0"\\n')
+            print(mod.VERSION)
+            """))
+        img = str(tmp_path / "a.img")
+        run_python(["-c", "import mymod"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        src = (tmp_path / "mymod.py").read_text()
+        st = os.stat(tmp_path / "mymod.py")
+        plain = run_python(["main.py"], cwd=tmp_path)
+        assert plain.out == "v2.0\n", plain
+        (tmp_path / "mymod.py").write_text(src)
+        os.utime(tmp_path / "mymod.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+        r = run_python(["main.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out == "v2.0\n", r
+        assert "[pycds] fallback mymod: source changed since it was found" in r.fallbacks()
+
     def test_same_second_same_size_edit_matches_plain(self, tmp_path):
         # The .pyc header keeps whole seconds, so plain Python itself keeps
         # running the cached code here; pycds (ns mtime) falls back to plain
