@@ -431,10 +431,14 @@ class ArchivedCode:
             return SourceFileLoader.get_code(loader, fullname)
         archive = self.archive
         ref = self.entry
-        if archive.check != "unchecked":
-            # The module may run long after find_spec checked its source
-            # (importlib.util.LazyLoader runs it at its first attribute
-            # access): plain import reads the source's stat now.
+        # importlib runs exec_module with the module in sys.modules, its
+        # spec marked _initializing (_load_unlocked, _exec; 3.10-3.13).
+        spec = getattr(sys.modules.get(fullname), "__spec__", None)
+        if archive.check != "unchecked" and not getattr(spec, "_initializing", False):
+            # Run later than found (importlib.util.LazyLoader runs the
+            # module at its first attribute access; runpy calls get_code
+            # itself): plain import reads the source's stat now.  (Within
+            # an import statement, find_spec checked it a moment ago.)
             st = F.stat_or_none(loader.path)
             if st is None or st.st_mtime_ns != ref.mtime_ns or st.st_size != ref.size:
                 _fallback(fullname, "source changed since it was found")
@@ -443,10 +447,8 @@ class ArchivedCode:
         if code is None:
             return SourceFileLoader.get_code(loader, fullname)
         if archive.release_mode:
-            # importlib runs exec_module with the module in sys.modules;
-            # its spec says when the body is done.
-            module = sys.modules.get(fullname)
-            archive.ran.append((self.entry, getattr(module, "__spec__", None)))
+            # Its spec says when the body is done.
+            archive.ran.append((ref, spec))
         _stats["served"] += 1
         if _verbose:
             _say(f"served {fullname}", 1)
