@@ -281,24 +281,21 @@ SESSION_VAR = "PYCDS_DUMP_SESSION"
 def dump_session():
     """The id of this DUMP session (see _config.inherited_session), tagged
     with the interpreter facts of the process that began it
-    (:func:`interpreter_tag`)."""
-    return _config.inherited_session(SESSION_VAR, interpreter_tag())
-
-
-# A member of a DUMP session whose tag is not the session's -- a child run
-# by another Python, or with another -O or -X no_debug_ranges -- does not
-# write over an archive of its session: its code could not share it, and
-# replacing it would drop what the others wrote.
-interpreter_tag = F.interpreter_tag
+    (:func:`pycds._format.interpreter_tag`)."""
+    return _config.inherited_session(SESSION_VAR, F.interpreter_tag())
 
 
 def _session_is_ours(session):
     """Whether this process's interpreter is the one ``session`` began with
-    (an id without a tag, made by hand or by an older pycds: taken as ours)."""
+    (an id without a tag, made by hand or by an older pycds: taken as ours).
+    A member of a DUMP session that is not -- a child run by another Python,
+    or with another -O or -X no_debug_ranges -- does not write over an
+    archive of its session: its code could not share it, and replacing it
+    would drop what the others wrote."""
     _, dash, tag = session.rpartition("-")
     if not dash or len(tag) != 16:
         return True
-    return tag == interpreter_tag()
+    return tag == F.interpreter_tag()
 
 
 def _session_of(path):

@@ -681,19 +681,16 @@ def install(config):
         session = os.environ[F.SHARE_SESSION_VAR] = F.interpreter_tag()
     try:
         index = F.Index.open(config.archive)
-    except F.ForeignArchive as e:
-        if session != F.interpreter_tag():
+    except F.FormatError as e:
+        if isinstance(e, F.ForeignArchive) and session != F.interpreter_tag():
             # A child run by another Python or with other flags (-O) was
             # handed its parent's archive, not one made for it: plain
             # import, as without pycds, and nothing on its stderr.
             if _verbose:
                 _say(f"archive {config.archive} not used: {e} (the archive of "
                      "a parent process run by another interpreter)", 1)
-            return None
-        _warn(f"archive {config.archive} ignored: {e}")
-        return None
-    except F.FormatError as e:
-        _warn(f"archive {config.archive} ignored: {e}")
+        else:
+            _warn(f"archive {config.archive} ignored: {e}")
         return None
     finder = CDSFinder(_Archive(index, config.check, config.verify,
                                 config.prefetch, config.release))
