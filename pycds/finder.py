@@ -28,10 +28,11 @@ import _imp
 import _io
 import _thread
 import os
+import stat
 import sys
 import time
 import _frozen_importlib as _bootstrap
-from _frozen_importlib_external import PathFinder, SourceFileLoader
+from _frozen_importlib_external import MAGIC_NUMBER, PathFinder, SourceFileLoader
 
 from . import _format as F
 
@@ -289,31 +290,40 @@ def _stale(entry, check, cached=None):
         return "source is gone"
     if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
         return "source changed"
-    if cached is not None and cached != entry.pyc_path:
-        # Another .pyc than at the dump (sys.pycache_prefix, PYTHONPYCACHEPREFIX
-        # changed), or none: what plain import runs is known from the source
-        # alone only by its bytes.
-        check = "hash"
-    elif entry.pyc_kind in (F.PYC_NONE, F.PYC_TIMESTAMP) and check != "hash":
+    data = None
+    if cached is not None and cached != entry.pyc_path or entry.pyc_kind in (
+            F.PYC_NONE, F.PYC_TIMESTAMP):
         # Plain import runs a timestamp .pyc whose header matches the
         # source's mtime (seconds) and size, or else compiles the source.
         # While the .pyc is the very file the dump run left, the archived
         # code is its code.  A .pyc written, rewritten or removed since (by
-        # compileall, an installer), or none at all, means code made from
-        # the source as it is now: the archived code is that only if the
-        # source is the dumped one byte for byte.  A stat cannot tell: an
-        # edit that keeps size and mtime (clamped mtimes in a build) does.
-        # (Left: a .pyc compiled again and given back the mtime and size it
-        # had, as a build that clamps every file's time can do, is taken
-        # for the dumped one: PYCDSCHECK=hash is for such builds.  Hashing
-        # wherever a .pyc is no newer than its source would catch it, but
-        # costs a read of most sources of every tar or Docker layer
-        # install, whose mtimes are whole seconds.)
-        pst = F.stat_or_none(entry.pyc_path) if entry.pyc_path else None
-        if (pst is None or entry.pyc_kind == F.PYC_NONE
+        # compileall, an installer), another .pyc than at the dump
+        # (sys.pycache_prefix, PYTHONPYCACHEPREFIX changed), or none at
+        # all, means code made from the source as it is now: the archived
+        # code is that only if the source is the dumped one byte for byte.
+        # A stat cannot tell: an edit that keeps size and mtime (clamped
+        # mtimes in a build) does.  (Left: a .pyc compiled again and given
+        # back the mtime and size it had, as a build that clamps every
+        # file's time can do, is taken for the dumped one: PYCDSCHECK=hash
+        # is for such builds.  Hashing wherever a .pyc is no newer than its
+        # source would catch it, but costs a read of most sources of every
+        # tar or Docker layer install, whose mtimes are whole seconds.)
+        pyc = entry.pyc_path if cached is None else cached
+        pst = F.stat_or_none(pyc) if pyc else None
+        if (pst is None or entry.pyc_kind == F.PYC_NONE or pyc != entry.pyc_path
                 or pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size):
+            data = _read_source(entry.origin)
+            if data is None:
+                return "source is unreadable"
+            # What plain import does with the .pyc it finds there decides
+            # the files a run leaves and the code it runs.
+            use = _plain_pyc(pyc, pst, st, data)
+            if use == _PYC_WRITE and _pyc_writable(pyc):
+                return "plain import writes a .pyc (none there, or not valid)"
+            if use == _PYC_TRUST:
+                return "an unchecked hash-based .pyc replaced the dumped one"
             check = "hash"
-    elif entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH):
+    else:
         # Plain import trusts (or checks) the hash-based .pyc; it must be
         # the same file, under the same policy, as at the dump.
         if _imp.check_hash_based_pycs != entry.check_hash_pycs:
@@ -329,19 +339,102 @@ def _stale(entry, check, cached=None):
         if F.pyc_source_checked(entry.pyc_kind == F.PYC_CHECKED_HASH):
             check = "hash"
     if check == "hash":
-        try:
-            # As plain import reads sources (FileLoader.get_data, 3.10-3.13):
-            # through the interpreter's open-code hook, which an embedder
-            # may set to vet code files (PyFile_SetOpenCodeHook, PEP 578).
-            with _io.open_code(entry.origin) as f:
-                data = f.read()
-        except OSError as e:
-            if F.program_raised(e):
-                raise
-            return "source is unreadable"
+        if data is None:
+            data = _read_source(entry.origin)
+            if data is None:
+                return "source is unreadable"
         if F.source_hash(data) != entry.source_hash:
             return "source hash differs"
     return None
+
+
+def _read_source(path):
+    """The bytes of the source at ``path`` as plain import reads them
+    (FileLoader.get_data, 3.10-3.13): through the interpreter's open-code
+    hook, which an embedder may set to vet code files
+    (PyFile_SetOpenCodeHook, PEP 578); None if it cannot be read."""
+    try:
+        with _io.open_code(path) as f:
+            return f.read()
+    except OSError as e:
+        if F.program_raised(e):
+            raise
+        return None
+
+
+# What plain import does with the .pyc of a source (_plain_pyc).
+_PYC_USE, _PYC_WRITE, _PYC_TRUST, _PYC_COMPILE = range(4)
+
+
+def _plain_pyc(pyc, pst, st, data):
+    """What plain import does with the ``.pyc`` at ``pyc`` (stat ``pst``,
+    None if missing) for the source of stat ``st`` and bytes ``data``,
+    as SourceLoader.get_code does (importlib/_bootstrap_external.py,
+    3.10-3.13): :data:`_PYC_USE` a header valid for the source (a
+    timestamp .pyc of its mtime in seconds and size, a checked hash-based
+    one of its hash), :data:`_PYC_TRUST` a hash-based .pyc it does not
+    check against the source (it runs that .pyc's code, whatever the
+    source holds), :data:`_PYC_WRITE` none or an invalid one (it compiles
+    the source and writes a .pyc), :data:`_PYC_COMPILE` no .pyc path at
+    all (it compiles the source)."""
+    if not pyc:
+        return _PYC_COMPILE
+    if pst is None:
+        return _PYC_WRITE
+    try:
+        with _io.open_code(pyc) as f:
+            head = f.read(16)
+    except OSError as e:
+        if F.program_raised(e):
+            raise
+        return _PYC_WRITE
+    # _classify_pyc: magic, length, flags.
+    if head[:4] != MAGIC_NUMBER or len(head) < 16:
+        return _PYC_WRITE
+    flags = int.from_bytes(head[4:8], "little")
+    if flags & ~0b11:
+        return _PYC_WRITE
+    if flags & 0b1:
+        if not F.pyc_source_checked(flags & 0b10):
+            return _PYC_TRUST
+        return _PYC_USE if head[8:16] == F.source_hash(data) else _PYC_WRITE
+    # _validate_timestamp_pyc.
+    if (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
+            or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
+        return _PYC_WRITE
+    return _PYC_USE
+
+
+def _pyc_writable(pyc):
+    """Whether plain import would write a ``.pyc`` at ``pyc`` now: bytecode
+    writing is on (``sys.dont_write_bytecode``) and the nearest existing
+    directory above it is writable, as SourceFileLoader.set_data makes the
+    missing directories and writes the file (3.10-3.13).  On a read-only
+    install plain import compiles the source at every run and writes
+    nothing: the archived code is then served (after the source's hash)."""
+    if sys.dont_write_bytecode:
+        return False
+    try:
+        d = os.path.dirname(pyc)
+        while d:
+            st = F.stat_or_none(d)
+            if st is not None:
+                # Something else in a directory's place: its mkdir fails.
+                return _S_ISDIR(st.st_mode) and os.access(
+                    d, os.W_OK, effective_ids=_EFFECTIVE_IDS)
+            parent = os.path.dirname(d)
+            if parent == d:
+                return False
+            d = parent
+        return os.access(".", os.W_OK, effective_ids=_EFFECTIVE_IDS)
+    except Exception as e:
+        if F.program_raised(e):
+            raise
+        return False
+
+
+_EFFECTIVE_IDS = os.access in os.supports_effective_ids
+_S_ISDIR = stat.S_ISDIR
 
 
 class _ChunkRef:

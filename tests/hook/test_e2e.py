@@ -2,6 +2,7 @@
 and the share run must really serve the modules from the archive."""
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -234,10 +235,15 @@ class TestStaleSources:
         run_python(["-c", "import mymod"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
         src = (tmp_path / "mymod.py").read_text()
         st = os.stat(tmp_path / "mymod.py")
+        (pyc,) = tmp_path.glob("__pycache__/mymod.*.pyc")
+        pyc_bytes, pyc_st = pyc.read_bytes(), os.stat(pyc)
         plain = run_python(["main.py"], cwd=tmp_path)
         assert plain.out == "v2.0\n", plain
+        # Back as the dump left them (plain import wrote a .pyc of v2.0).
         (tmp_path / "mymod.py").write_text(src)
         os.utime(tmp_path / "mymod.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+        pyc.write_bytes(pyc_bytes)
+        os.utime(pyc, ns=(pyc_st.st_atime_ns, pyc_st.st_mtime_ns))
         r = run_python(["main.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE=1)
         assert r.out == "v2.0\n", r
@@ -345,11 +351,87 @@ class TestStaleSources:
         mod.write_text("LIMIT = 44\n")
         os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))
         prefix = str(tmp_path / "prefix")
-        plain = run_python(RULES_CMD, cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix)
+        # Plain import compiles the source and writes a .pyc there: so
+        # does the SHARE run; then that .pyc is what plain import runs.
         r = run_python(RULES_CMD, cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix,
                        PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
-        assert plain.out.strip() == r.out.strip() == "44", (plain, r)
-        assert any("source hash differs" in f for f in r.fallbacks()), r
+        assert any("plain import writes a .pyc" in f for f in r.fallbacks()), r
+        assert list((tmp_path / "prefix").rglob("rules.*.pyc")), r
+        plain = run_python(RULES_CMD, cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix)
+        again = run_python(RULES_CMD, cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix,
+                           PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert plain.out.strip() == r.out.strip() == again.out.strip() == "44", \
+            (plain, r, again)
+        assert any("source hash differs" in f for f in again.fallbacks()), again
+
+    # What a run leaves in __pycache__, and whether it served rules.
+    def _pycs(self, tmp_path):
+        return {p.name: p.read_bytes() for p in tmp_path.glob("__pycache__/rules.*.pyc")}
+
+    def test_a_removed_pyc_is_written_again_as_plain_import_does(self, tmp_path):
+        mod, img = dumped_rules(tmp_path, 10)
+        dumped = self._pycs(tmp_path)
+        assert dumped
+        shutil.rmtree(tmp_path / "__pycache__")
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out.strip() == "10", r
+        assert "[pycds] fallback rules: plain import writes a .pyc (none there, or " \
+               "not valid)" in r.fallbacks(), r
+        assert self._pycs(tmp_path) == dumped     # plain import's bytes
+        # From then on the new .pyc is valid for the source: served.
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out.strip() == "10" and "rules" in r.served(), r
+
+    def test_an_invalid_pyc_is_replaced_as_plain_import_does(self, tmp_path):
+        mod, img = dumped_rules(tmp_path, 10)
+        dumped = self._pycs(tmp_path)
+        (pyc,) = tmp_path.glob("__pycache__/rules.*.pyc")
+        pyc.write_bytes(b"\0\0\0\0" + pyc.read_bytes()[4:])     # bad magic
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out.strip() == "10", r
+        assert any("plain import writes a .pyc" in f for f in r.fallbacks()), r
+        assert self._pycs(tmp_path) == dumped
+
+    def test_no_pyc_where_none_can_be_written_is_served(self, tmp_path):
+        # Bytecode writing off, or a cache directory that cannot be made
+        # (a file in its way, as on a read-only install): plain import
+        # compiles the source at every run and writes nothing; the
+        # archived code is served once the source's hash matches.
+        mod, img = dumped_rules(tmp_path, 10)
+        shutil.rmtree(tmp_path / "__pycache__")
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, PYTHONDONTWRITEBYTECODE=1)
+        assert r.out.strip() == "10" and "rules" in r.served(), r
+        (tmp_path / "blocker").write_text("")
+        prefix = str(tmp_path / "blocker" / "prefix")
+        plain = run_python(RULES_CMD, cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix)
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, PYTHONPYCACHEPREFIX=prefix)
+        assert plain.out == r.out and "rules" in r.served(), (plain, r)
+        assert not self._pycs(tmp_path)
+
+    def test_an_unchecked_hash_pyc_runs_as_plain_import_runs_it(self, tmp_path):
+        # Plain import runs an unchecked hash-based .pyc whatever the source
+        # holds: here one compiled from other code.
+        import py_compile
+        mod, img = dumped_rules(tmp_path, 10)
+        (pyc,) = tmp_path.glob("__pycache__/rules.*.pyc")
+        src = mod.read_bytes()
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 55\n")
+        py_compile.compile(str(mod), cfile=str(pyc), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        mod.write_bytes(src)
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))
+        plain = run_python(RULES_CMD, cwd=tmp_path)
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert plain.out.strip() == r.out.strip() == "55", (plain, r)
+        assert "[pycds] fallback rules: an unchecked hash-based .pyc replaced the " \
+               "dumped one" in r.fallbacks(), r
 
     # SHARE of RULES_CMD printing how often rules.py itself was opened.
     COUNT_OPENS = ("import sys\n"
