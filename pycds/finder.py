@@ -169,10 +169,19 @@ class _Archive:
         try:
             if self._native is None:
                 self._opener = me
+                # _cffi_backend is pycds's, not the program's: where the
+                # program has not imported it, it is not left in sys.modules
+                # (the .so stays loaded), so that the program's own import of
+                # it is plain import's (a vendored cffi finds its own).
+                had_backend = "_cffi_backend" in sys.modules
                 try:
-                    if "_cffi_backend" not in sys.modules:
-                        _import_cffi_backend()
-                    from . import _nativeapi as N
+                    try:
+                        if not had_backend:
+                            _import_cffi_backend()
+                        from . import _nativeapi as N
+                    finally:
+                        if not had_backend:
+                            sys.modules.pop("_cffi_backend", None)
                     self._native = N.NativeArchive(
                         self.index.fd, self.index.header,
                         self.index.meta.get("layout", ""), self.verify,

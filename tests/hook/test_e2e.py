@@ -888,6 +888,29 @@ class TestMetaPath:
                        PYCDSVERBOSE=1)
         assert s.out == "csv\n" and not s.warnings() and "csv" in s.served(), s
 
+    def test_the_programs_own_cffi_backend_is_its_own(self, tmp_path):
+        """A program that puts its own cffi on sys.path (a vendored one, as
+        serverless bundles do) imports its own _cffi_backend, not the one
+        pycds loaded for its native module: cffi refused to start (version
+        mismatch) under DUMP, and under SHARE after an archived import."""
+        vendor = tmp_path / "vendor"
+        vendor.mkdir()
+        (vendor / "_cffi_backend.py").write_text("__version__ = 'vendored'\n")
+        (tmp_path / "app.py").write_text(textwrap.dedent("""\
+            import csv, os, sys
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "vendor"))
+            import _cffi_backend
+            print(_cffi_backend.__version__, csv.__name__)
+            """))
+        img = str(tmp_path / "a.img")
+        plain = run_python(["app.py"], cwd=tmp_path)
+        assert plain.out == "vendored csv\n", plain
+        d = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        s = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert d.out == s.out == plain.out, (d, s)
+        assert "csv" in s.served() and not s.warnings(), s
+
     def test_a_finder_after_pathfinder_changes_nothing(self, tmp_path):
         (tmp_path / "prog.py").write_text(textwrap.dedent("""\
             import sys
