@@ -93,7 +93,14 @@ copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
     Py_ssize_t n = Py_SIZE(op) < 0 ? -Py_SIZE(op) : Py_SIZE(op);
     size_t size = offsetof(PyLongObject, ob_digit)
                   + sizeof(digit) * (size_t)(n > 0 ? n : 1);
-    return copy_plain(w, op, size, 0, off);
+    int rc = copy_plain(w, op, size, 0, off);
+    if (rc == PYCDS_OK && n == 0) {
+        /* 0 has room for one digit that _PyLong_New leaves unwritten (3.11;
+         * 3.12's long_alloc zeroes it).  The 0 a .pyc gives is the static
+         * small int (EXTERNAL); this is for a 0 made on the heap. */
+        ((PyLongObject *)pycds_w_at(w, *off))->ob_digit[0] = 0;
+    }
+    return rc;
 }
 
 /* Overwrite the bytecode of copy c with the deoptimised bytecode of src
@@ -132,13 +139,17 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     }
     set_refcnt(w, *off);
     PyCodeObject *c = (PyCodeObject *)pycds_w_at(w, *off);
-    /* _PyObject_VAR_SIZE rounds up to pointer alignment; the bytes after
-     * the bytecode were never written: no uninitialised bytes in the heap. */
-    size_t used = offsetof(PyCodeObject, co_code_adaptive)
-                  + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
-    if (used < size) {
-        memset((char *)c + used, 0, size - used);
-    }
+    /* The alignment padding between _co_firsttraceable (an int) and
+     * co_extra is never written by init_code (Objects/codeobject.c, 3.11):
+     * the copy took whatever the allocation held before.  Zero it, so no
+     * stale process memory reaches the archive, whose bytes are then the
+     * same for the same code (valgrind: uninitialised bytes hashed by
+     * pycds_hash64 and written by pwrite).  As layout_312.h does. */
+    memset((char *)c + offsetof(PyCodeObject, _co_firsttraceable)
+               + sizeof(c->_co_firsttraceable),
+           0, offsetof(PyCodeObject, co_extra)
+                  - offsetof(PyCodeObject, _co_firsttraceable)
+                  - sizeof(c->_co_firsttraceable));
     /* Per-process state starts as a fresh unmarshal leaves it. */
     c->co_warmup = QUICKENING_INITIAL_WARMUP_VALUE;
     c->_co_linearray_entry_size = 0;
