@@ -115,6 +115,11 @@ def from_environ(environ=None, flags=None):
     archive = environ.get("PYCDSARCHIVE", "")
     if not archive and mode in (MODE_DUMP, MODE_SHARE):
         archive = default_archive_path(environ)
+        if not archive:
+            problems.append(f"PYCDSMODE={raw.strip()} without PYCDSARCHIVE needs a cache "
+                            f"directory: XDG_CACHE_HOME is unset or relative and there is "
+                            f"no home directory; pycds is off")
+            mode = MODE_OFF
     listfile = environ.get("PYCDSLIST", "") or "pycds.lst"
     if mode != MODE_OFF:
         # Relative to the directory the program starts in, not the one it
@@ -190,20 +195,33 @@ def inherited_session(var, tag=""):
 
 
 def cache_dir(environ=None):
-    """``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``."""
+    """``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``; None where neither
+    is an absolute path.  A relative ``XDG_CACHE_HOME`` is ignored, as the
+    XDG Base Directory Specification says; a home directory that cannot be
+    found (``HOME`` unset and a user id with no passwd entry, as in ``docker
+    run -u 12345``) leaves ``os.path.expanduser`` with ``~`` itself, which
+    would have made a directory named ``~`` in the working directory."""
     environ = os.environ if environ is None else environ
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
+    base = environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
     return os.path.join(base, "pycds")
 
 
 def default_archive_path(environ=None, argv=None):
     """The archive used when PYCDSARCHIVE is unset: one per interpreter,
-    optimization level and program (see :func:`program_id`)."""
+    optimization level and program (see :func:`program_id`); "" where there
+    is no cache directory (:func:`cache_dir`)."""
     import _imp
+    cache = cache_dir(environ)
+    if cache is None:
+        return ""
     kind, value = program_id(argv)
     key = "\0".join([sys.executable, sys.version, sys.implementation.cache_tag,
                      str(sys.flags.optimize), kind, value]).encode("utf-8", "surrogatepass")
     digest = _imp.source_hash(0x5059434453, key).hex()
     tag = sys.implementation.cache_tag
-    return os.path.join(cache_dir(environ), f"{tag}-{digest}.img")
+    return os.path.join(cache, f"{tag}-{digest}.img")

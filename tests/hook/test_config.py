@@ -52,6 +52,27 @@ class TestFromEnviron:
         assert cfg.archive.startswith(str(tmp_path / "pycds") + os.sep)
         assert cfg.archive.endswith(".img")
 
+    def test_a_relative_xdg_cache_home_is_ignored(self, tmp_path, monkeypatch):
+        # XDG Base Directory Specification: relative paths are invalid.
+        monkeypatch.setenv("HOME", str(tmp_path))
+        cfg = C.from_environ({"PYCDSMODE": "DUMP", "XDG_CACHE_HOME": "relcache"}, flags())
+        assert cfg.archive.startswith(str(tmp_path / ".cache" / "pycds") + os.sep), cfg
+
+    def test_no_home_directory_means_no_default_archive(self, monkeypatch):
+        # HOME unset and a user id without a passwd entry (docker run -u
+        # 12345): expanduser gives "~" back, and the archive went to a
+        # directory named "~" in the working directory.
+        monkeypatch.setattr(os.path, "expanduser", lambda path: path)
+        for mode in ("DUMP", "SHARE"):
+            cfg = C.from_environ({"PYCDSMODE": mode}, flags())
+            assert cfg.mode == C.MODE_OFF and cfg.archive == "", cfg
+            assert len(cfg.problems) == 1 and "PYCDSARCHIVE" in cfg.problems[0], cfg
+        assert C.default_archive_path({}, ["py", "a.py"]) == ""
+        cfg = C.from_environ({"PYCDSMODE": "SHARE", "PYCDSARCHIVE": "/a"}, flags())
+        assert cfg.mode == C.MODE_SHARE and not cfg.problems, cfg
+        cfg = C.from_environ({"PYCDSMODE": "SHARE", "XDG_CACHE_HOME": "/c"}, flags())
+        assert cfg.archive.startswith("/c/pycds/") and not cfg.problems, cfg
+
 
     def test_prefetch(self):
         base = {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": "/a"}
