@@ -34,8 +34,14 @@ class TestCli:
         st = os.stat(tmp_path / "beta.py")
         (tmp_path / "beta.py").write_text("B = 3\n")
         os.utime(tmp_path / "beta.py", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        # alpha only touched: its bytes are the dumped ones.
+        st = os.stat(tmp_path / "alpha.py")
+        os.utime(tmp_path / "alpha.py", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
         r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
-        assert r.rc == 1 and "beta: source changed" in r.out and "alpha:" not in r.out
+        assert r.rc == 1 and "beta: source hash differs" in r.out and "alpha:" not in r.out, r
+        (tmp_path / "beta.py").write_text("B = 333\n")
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        assert r.rc == 1 and "beta: source changed" in r.out and "alpha:" not in r.out, r
 
     def test_verify_checks_as_pycdscheck_says(self, tmp_path):
         """An edit that keeps size and mtime: only a source hash sees it, and
