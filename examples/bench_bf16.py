@@ -21,8 +21,8 @@ Single-core comparison (robust when other processes share the machine)::
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \\
         PYTHONPATH=. python examples/bench_bf16.py --threads 1
 
-``bench_models()`` is the hook for whole-network timings (ResNet-50 /
-AlexNet forward vs PyTorch), which the NN layer owners fill in.
+Whole networks (ResNet-50 and AlexNet forwards against PyTorch) are timed by
+``examples/bench_bf16_models.py``.
 """
 
 import argparse
@@ -138,17 +138,6 @@ def bench_cases(cases, rng, min_time, rounds):
     return rows
 
 
-def bench_models():
-    """Hook for whole-model benchmarks (ResNet-50 / AlexNet vs PyTorch).
-
-    Returns
-    -------
-    list of dict
-        Rows with keys ``case``, ``np_ms``/``sb_ms`` or free-form; empty here.
-    """
-    return []
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -177,7 +166,6 @@ def main(argv=None):
     cases += [(lbl, m, k, n, True) for lbl, m, k, n in RESNET50_3X3]
     cases += [(f"inference M={m}", m, 4096, 4096, True) for m in (1, 8)]
     rows = bench_cases(cases, rng, min_time, args.rounds)
-    rows += bench_models()
     head = (f"{'case':22s} {'M':>5s} {'K':>5s} {'N':>5s} {'B':>6s} "
             f"{'numpy GF/s':>10s} {'sbgemm GF/s':>11s} {'ms np':>8s} "
             f"{'ms sb':>8s} {'sb/np':>6s}")

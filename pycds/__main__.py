@@ -1,6 +1,8 @@
 """Command line: ``python -m pycds {info,verify,dump} ...``.
 
 ``info ARCHIVE``     header, interpreter, sizes and the modules with their sizes
+                     (an archive of another CPython version is read with that
+                     version: its checksums are that version's)
 ``verify ARCHIVE``   modules whose sources changed since the dump, or whose
                      archived data fails its checksum, and whether SHARE would
                      refuse the file itself (permissions); exit 1 if any
@@ -9,8 +11,9 @@
                        does (plus the few modules this command line itself
                        imports, such as argparse)
 
-Exit status: 0 on success, 1 when ``verify`` finds stale modules, 2 when the
-archive cannot be read.
+Exit status: 0 on success, 1 when ``verify`` finds stale modules, damaged
+parts or a file SHARE would refuse, 2 when the archive cannot be read
+(``info``, ``verify``) or written (``dump``).
 """
 
 import argparse

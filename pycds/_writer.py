@@ -191,12 +191,26 @@ def write_atomic(path, chunks, length=None):
 
 
 def make_directory(d):
-    """``os.makedirs(d, exist_ok=True)``, saying "Not a directory" where a
-    part of ``d`` is a file (makedirs says "File exists" of the last one)."""
-    try:
-        os.makedirs(d, exist_ok=True)
-    except FileExistsError:
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), d) from None
+    """Make directory ``d`` and its missing parents, each with mode 0755 less
+    the umask (``os.makedirs`` gives the parents 0777 less the umask: under
+    ``umask 000`` directories a SHARE run then refuses, being writable by
+    others, docs/reliability.md); "Not a directory" where a part of ``d`` is
+    a file.  Raises OSError."""
+    missing = []
+    head = os.path.abspath(d)
+    while not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            if not os.path.isdir(path):     # (made meanwhile by another process: fine)
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
+                                         path) from None
 
 
 def check_replaceable(path):

@@ -276,6 +276,24 @@ class TestDumpEdges:
     """What a program may do that a DUMP at its exit must survive without
     changing what the program did."""
 
+    def test_directories_made_under_umask_000_are_not_writable_by_others(self, tmp_path):
+        """DUMP makes the archive's missing directories; under umask 000
+        (a container's default, say) they were 0777 and the SHARE run
+        refused the archive it had just written ("writable by others")."""
+        img = tmp_path / "a" / "b" / "app.img"
+        proc = subprocess.run(
+            [sys.executable, "-c", "import os; os.umask(0); import subprocess, sys; "
+             "sys.exit(subprocess.call([sys.executable, '-c', 'import json']))"],
+            env=clean_env(PYCDSMODE="DUMP", PYCDSARCHIVE=str(img)), cwd=tmp_path,
+            capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and img.exists(), proc
+        assert "writable by others" not in proc.stderr, proc.stderr
+        for d in (tmp_path / "a", tmp_path / "a" / "b"):
+            assert os.stat(d).st_mode & 0o777 == 0o755, (d, oct(os.stat(d).st_mode))
+        r = run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=str(img), PYCDSVERBOSE=1)
+        assert "json" in r.served() and not r.warnings(), r
+
     def test_the_program_locks_the_archive_directory(self, tmp_path):
         """flock on the directory by the program (or by `flock DIR cmd`
         around it): the dump gives up after its wait with one warning
