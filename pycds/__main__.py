@@ -85,7 +85,7 @@ def cmd_verify(args):
         if not index.chunk_intact(e):
             damaged += 1
             print(f"{e.name}: archived data fails its checksum")
-        reason = _stale(e, args.check)
+        reason = _stale(e, args.check, _cached(e.origin))
         if reason is not None:
             stale += 1
             print(f"{e.name}: {reason} ({e.origin})")
@@ -93,6 +93,17 @@ def cmd_verify(args):
     if damaged:
         print(f"{damaged} of {len(entries)} modules (and tables) damaged in the archive")
     return 1 if stale or damaged or refused else 0
+
+
+def _cached(origin):
+    """The ``.pyc`` path plain import would read for ``origin`` in this
+    process (``sys.pycache_prefix``, ``-O``), as SHARE is given it by the
+    spec; None where there is none."""
+    from importlib.util import cache_from_source
+    try:
+        return cache_from_source(origin)
+    except (NotImplementedError, ValueError):
+        return None
 
 
 def _share_refusal(path):

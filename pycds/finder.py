@@ -31,8 +31,7 @@ import os
 import sys
 import time
 import _frozen_importlib as _bootstrap
-from _frozen_importlib_external import (MAGIC_NUMBER, PathFinder, SourceFileLoader,
-                                        _code_to_hash_pyc, _code_to_timestamp_pyc)
+from _frozen_importlib_external import MAGIC_NUMBER, PathFinder, SourceFileLoader
 
 from . import _format as F
 
@@ -295,33 +294,32 @@ def _stale(entry, check, cached=None):
 
 
 def _check(entry, check, cached=None):
-    """``(reason, write, st)``: why plain import would not produce the
-    archived code now (None where it would), the ``.pyc`` plain import
-    would write on its way (None, or a :class:`_PycWrite`), and the
-    source's stat (None where not taken).  ``cached``: the ``.pyc`` path
-    plain import would read now (the spec's), if known."""
+    """``(reason, st)``: why plain import would not produce the archived
+    code now (None where it would), and the source's stat (None where not
+    taken).  ``cached``: the ``.pyc`` path plain import would read now (the
+    spec's), if known."""
     if check == "unchecked":
-        return None, None, None
+        return None, None
     st = F.stat_or_none(entry.origin)
     if st is None:
-        return "source is gone", None, None
+        return "source is gone", None
     if st.st_size != entry.size:
-        return "source changed", None, st
+        return "source changed", st
     moved = st.st_mtime_ns != entry.mtime_ns
-    data = write = None
+    data = None
     other_pyc = cached is not None and cached != entry.pyc_path
     if entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH) and not other_pyc:
         # Plain import trusts (or checks) the hash-based .pyc; it must be
         # the same file, under the same policy, as at the dump.
         if moved:
-            return "source changed", None, st
+            return "source changed", st
         if _imp.check_hash_based_pycs != entry.check_hash_pycs:
-            return "check_hash_based_pycs differs", None, st
+            return "check_hash_based_pycs differs", st
         pst = F.stat_or_none(entry.pyc_path)
         if pst is None:
-            return "hash-based .pyc is gone", None, st
+            return "hash-based .pyc is gone", st
         if pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size:
-            return "hash-based .pyc changed", None, st
+            return "hash-based .pyc changed", st
         # Where plain import compares the source hash with the .pyc's, an
         # edit that keeps mtime and size is seen by plain import; so it
         # must be here.
@@ -330,9 +328,11 @@ def _check(entry, check, cached=None):
     else:
         # Plain import runs a timestamp .pyc whose header matches the
         # source's mtime (seconds) and size, or else compiles the source
-        # (and writes a .pyc).  While the .pyc is the very file the dump
-        # run left and the source's stat is the dumped one, the archived
-        # code is its code.  A .pyc written, rewritten or removed since (by
+        # (and writes a .pyc; a SHARE run does not: the archived code
+        # marshalled again is not byte for byte what a compile gives, and
+        # marshal orders a frozenset's items by their bytes).  While the
+        # .pyc is the very file the dump run left and the source's stat is
+        # the dumped one, the archived code is its code.  A .pyc written, rewritten or removed since (by
         # compileall, an installer), another .pyc than at the dump
         # (sys.pycache_prefix, PYTHONPYCACHEPREFIX changed), none at all,
         # or a source touched since, means what plain import does with the
@@ -355,24 +355,22 @@ def _check(entry, check, cached=None):
         if moved or not dumped:
             data = _read_source(entry.origin)
             if data is None:
-                return "source is unreadable", None, st
-            use, flags = _plain_pyc(pyc, pst, st, data)
+                return "source is unreadable", st
+            use = _plain_pyc(pyc, pst, st, data)
             if use == _PYC_TRUST:
-                return "an unchecked hash-based .pyc replaced the dumped one", None, st
+                return "an unchecked hash-based .pyc replaced the dumped one", st
             if use != _PYC_USE or not dumped:
                 # (The dumped .pyc still valid for a source touched within
                 # the second is what plain import runs: the archived code.)
                 check = "hash"
-                if use == _PYC_WRITE and not sys.dont_write_bytecode:
-                    write = _PycWrite(pyc, flags, st, entry.source_hash)
     if check == "hash":
         if data is None:
             data = _read_source(entry.origin)
             if data is None:
-                return "source is unreadable", None, st
+                return "source is unreadable", st
         if F.source_hash(data) != entry.source_hash:
-            return "source hash differs", None, st
-    return None, write, st
+            return "source hash differs", st
+    return None, st
 
 
 def _read_source(path):
@@ -394,7 +392,7 @@ _PYC_USE, _PYC_WRITE, _PYC_TRUST, _PYC_COMPILE = range(4)
 
 
 def _plain_pyc(pyc, pst, st, data):
-    """``(what, flags)``: what plain import does with the ``.pyc`` at
+    """What plain import does with the ``.pyc`` at
     ``pyc`` (stat ``pst``, None if missing) for the source of stat ``st``
     and bytes ``data``, as SourceLoader.get_code does
     (importlib/_bootstrap_external.py, 3.10-3.13): :data:`_PYC_USE` a
@@ -402,96 +400,55 @@ def _plain_pyc(pyc, pst, st, data):
     and size, a checked hash-based one of its hash), :data:`_PYC_TRUST` a
     hash-based .pyc it does not check against the source (it runs that
     .pyc's code, whatever the source holds), :data:`_PYC_WRITE` none or an
-    invalid one (it compiles the source and writes a .pyc: hash-based with
-    ``flags`` where a hash-based one failed its check, else a timestamp
-    one, ``flags`` 0), :data:`_PYC_COMPILE` no .pyc path at all (it
+    invalid one (it compiles the source and writes a .pyc),
+    :data:`_PYC_COMPILE` no .pyc path at all (it
     compiles the source)."""
     if not pyc:
-        return _PYC_COMPILE, 0
+        return _PYC_COMPILE
     if pst is None:
-        return _PYC_WRITE, 0
+        return _PYC_WRITE
     try:
         with _io.open_code(pyc) as f:
             head = f.read(16)
     except OSError as e:
         if F.program_raised(e):
             raise
-        return _PYC_WRITE, 0
+        return _PYC_WRITE
     # _classify_pyc: magic, length, flags.
     if head[:4] != MAGIC_NUMBER or len(head) < 16:
-        return _PYC_WRITE, 0
+        return _PYC_WRITE
     flags = int.from_bytes(head[4:8], "little")
     if flags & ~0b11:
-        return _PYC_WRITE, 0
+        return _PYC_WRITE
     if flags & 0b1:
         if not F.pyc_source_checked(flags & 0b10):
-            return _PYC_TRUST, flags
+            return _PYC_TRUST
         if head[8:16] == F.source_hash(data):
-            return _PYC_USE, flags
-        return _PYC_WRITE, flags
+            return _PYC_USE
+        return _PYC_WRITE
     # _validate_timestamp_pyc.
     if (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
             or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
-        return _PYC_WRITE, 0
-    return _PYC_USE, 0
-
-
-class _PycWrite:
-    """The ``.pyc`` plain import would write for a served module: where it
-    finds none, or one not valid for the source, it compiles the source and
-    writes one (SourceLoader.get_code, 3.10-3.13).  A served module's is
-    written from the archived code, which is that source's (its hash was
-    compared): the same header, and the code marshalled again (its bytes
-    differ from a fresh compile's where marshal marks shared objects,
-    FLAG_REF; it loads to an equal code object)."""
-
-    __slots__ = ("path", "flags", "mtime", "size", "source_hash")
-
-    def __init__(self, path, flags, st, source_hash):
-        self.path = path
-        self.flags = flags
-        self.mtime = int(st.st_mtime)
-        self.size = st.st_size
-        self.source_hash = source_hash
-
-    def write(self, loader, code):
-        """Write it as plain import does, through the loader's
-        ``_cache_bytecode`` and ``set_data`` (the source's mode, missing
-        directories made, failures ignored), unless bytecode writing was
-        turned off meanwhile.  Raises only what the program raised."""
-        if sys.dont_write_bytecode:
-            return
-        try:
-            if self.flags & 0b1:
-                data = _code_to_hash_pyc(code, self.source_hash, bool(self.flags & 0b10))
-            else:
-                data = _code_to_timestamp_pyc(code, self.mtime, self.size)
-            loader._cache_bytecode(loader.path, self.path, data)
-        except Exception as e:
-            if F.program_raised(e):
-                raise
-            if _verbose >= 2:
-                _say(f"no .pyc written for {loader.name}: {e}", 2)
+        return _PYC_WRITE
+    return _PYC_USE
 
 
 class _ChunkRef:
     """What a loader keeps of an index entry once ``find_spec`` has checked
-    it: the module's name, number and chunk length, the source's
-    ``st_mtime_ns`` and size as ``find_spec`` found them, and the ``.pyc``
-    plain import would write (a :class:`_PycWrite`, or None).  The whole
+    it: the module's name, number and chunk length, and the source's
+    ``st_mtime_ns`` and size as ``find_spec`` found them.  The whole
     entry (a :class:`pycds._format.ModuleEntry` with its paths, hashes and
     directory stamps, ~1.5 KiB) held by every served module's loader for
     the life of the process came to 0.74 MiB for numpy, flask and boto3."""
 
-    __slots__ = ("name", "number", "chunk_len", "mtime_ns", "size", "write")
+    __slots__ = ("name", "number", "chunk_len", "mtime_ns", "size")
 
-    def __init__(self, name, number, chunk_len, mtime_ns, size, write=None):
+    def __init__(self, name, number, chunk_len, mtime_ns, size):
         self.name = name
         self.number = number
         self.chunk_len = chunk_len
         self.mtime_ns = mtime_ns
         self.size = size
-        self.write = write
 
 
 class ArchivedCode:
@@ -578,10 +535,6 @@ class ArchivedCode:
         code = archive.load_code(ref)
         if code is None:
             return SourceFileLoader.get_code(loader, fullname)
-        if ref.write is not None:
-            # No .pyc there, or one not valid for the source: plain import
-            # writes one here, and so does this.
-            ref.write.write(loader, code)
         if archive.release_mode:
             # Its spec says when the body is done.
             archive.ran.append((ref, spec))
@@ -773,7 +726,7 @@ class CDSFinder:
         if spec.origin != entry.origin:
             _fallback(fullname, "resolves to another file")
             return spec
-        reason, write, st = _check(entry, archive.check, spec.cached)
+        reason, st = _check(entry, archive.check, spec.cached)
         if reason is not None:
             _fallback(fullname, reason)
             if reason == "source is gone":
@@ -787,7 +740,7 @@ class CDSFinder:
             mtime_ns, size = st.st_mtime_ns, st.st_size
         ArchivedCode.install(spec.loader,
                              _ChunkRef(fullname, entry.number, entry.chunk_len,
-                                       mtime_ns, size, write), archive)
+                                       mtime_ns, size), archive)
         return spec
 
     def invalidate_caches(self):

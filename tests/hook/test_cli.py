@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-from conftest import flip_bits, run_python
+from conftest import clean_env, flip_bits, run_python
 
 
 def make_archive(tmp_path):
@@ -55,6 +55,24 @@ class TestCli:
         hashed = run_python(["-m", "pycds", "verify", img], cwd=tmp_path, PYCDSCHECK="hash")
         assert plain.rc == 0, plain
         assert hashed.rc == 1 and "beta: source hash differs" in hashed.out, hashed
+
+    def test_verify_reads_the_pyc_plain_import_would_read(self, tmp_path):
+        """Under PYTHONPYCACHEPREFIX plain import reads another .pyc than the
+        dump's: an unchecked hash-based one there runs whatever it holds, and
+        verify says what SHARE does (it looked at the dumped path)."""
+        img = make_archive(tmp_path)
+        prefix = str(tmp_path / "prefix")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "--invalidation-mode",
+                        "unchecked-hash", str(tmp_path / "beta.py")], check=True,
+                       env=clean_env(PYTHONPYCACHEPREFIX=prefix))
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path,
+                       PYTHONPYCACHEPREFIX=prefix)
+        assert r.rc == 1, r
+        assert "beta: an unchecked hash-based .pyc replaced the dumped one" in r.out, r
+        s = run_python(["-c", "import alpha, beta"], cwd=tmp_path, PYTHONPYCACHEPREFIX=prefix,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert "[pycds] fallback beta: an unchecked hash-based .pyc replaced the dumped one" \
+            in s.fallbacks(), s
 
     def test_not_an_archive(self, tmp_path):
         bad = tmp_path / "bad.img"

@@ -1,7 +1,6 @@
 """End to end: plain, DUMP and SHARE runs in fresh interpreters must agree,
 and the share run must really serve the modules from the archive."""
 
-import marshal
 import os
 import shutil
 import subprocess
@@ -412,53 +411,47 @@ class TestStaleSources:
     def _pycs(self, tmp_path):
         return {p.name: p.read_bytes() for p in tmp_path.glob("__pycache__/rules.*.pyc")}
 
-    def _same_pyc(self, written, dumped):
-        # The header plain import writes; the code marshalled again from
-        # the archive (FLAG_REF marks differ from a fresh compile's).
-        assert written.keys() == dumped.keys()
-        for name, data in written.items():
-            assert data[:16] == dumped[name][:16], name
-            assert marshal.loads(data[16:]) == marshal.loads(dumped[name][16:]), name
-
-    def test_a_removed_pyc_is_written_again_as_plain_import_does(self, tmp_path):
+    def test_a_removed_pyc_is_served_and_not_written(self, tmp_path):
+        # Plain import compiles the source and writes a .pyc; SHARE serves
+        # the archived code once the source's hash matches, and writes none
+        # (the archived code marshalled again is not what a compile gives:
+        # docs/importer-compliance.md).  The next plain run writes it.
         mod, img = dumped_rules(tmp_path, 10)
-        dumped = self._pycs(tmp_path)
-        assert dumped
+        assert self._pycs(tmp_path)
         shutil.rmtree(tmp_path / "__pycache__")
         r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE=1)
         assert r.out.strip() == "10" and "rules" in r.served(), r
-        self._same_pyc(self._pycs(tmp_path), dumped)
-        # The .pyc it wrote is what plain import runs, and SHARE serves.
-        assert run_python(RULES_CMD, cwd=tmp_path).out.strip() == "10"
-        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
-                       PYCDSVERBOSE=1)
-        assert r.out.strip() == "10" and "rules" in r.served(), r
+        assert not self._pycs(tmp_path)
 
-    def test_an_invalid_pyc_is_replaced_as_plain_import_does(self, tmp_path):
+    def test_an_invalid_pyc_is_passed_over(self, tmp_path):
         mod, img = dumped_rules(tmp_path, 10)
-        dumped = self._pycs(tmp_path)
         (pyc,) = tmp_path.glob("__pycache__/rules.*.pyc")
-        pyc.write_bytes(b"\0\0\0\0" + pyc.read_bytes()[4:])     # bad magic
+        bad = b"\0\0\0\0" + pyc.read_bytes()[4:]      # bad magic
+        pyc.write_bytes(bad)
         r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE=1)
         assert r.out.strip() == "10" and "rules" in r.served(), r
-        self._same_pyc(self._pycs(tmp_path), dumped)
+        # A same-size edit behind it is what plain import compiles.
+        st = os.stat(mod)
+        mod.write_text("LIMIT = 66\n")
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns))
+        pyc.write_bytes(bad)
+        r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert r.out.strip() == "66", r
+        assert any("source hash differs" in f for f in r.fallbacks()), r
 
-    def test_a_touched_source_is_served_and_its_pyc_written_again(self, tmp_path):
+    def test_a_touched_source_is_served(self, tmp_path):
         # mtime moved, bytes unchanged (touch, a copy without -p, a fresh
         # checkout): plain import passes over the .pyc (its header holds
-        # the old mtime), compiles the same code and writes a .pyc.
+        # the old mtime) and compiles the same code.
         mod, img = dumped_rules(tmp_path, 10)
-        dumped = self._pycs(tmp_path)
         st = os.stat(mod)
         os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
         r = run_python(RULES_CMD, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE=1)
         assert r.out.strip() == "10" and "rules" in r.served(), r
-        (name, data), = self._pycs(tmp_path).items()
-        assert int.from_bytes(data[8:12], "little") == int(os.stat(mod).st_mtime)
-        assert marshal.loads(data[16:]) == marshal.loads(dumped[name][16:])
         # A same-size edit with it is not served.
         mod.write_text("LIMIT = 77\n")
         os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 9_000_000_000))
