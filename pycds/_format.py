@@ -98,6 +98,50 @@ PROGRAM_STATE_ERRORS = (RecursionError, MemoryError)
 _stat = os.stat
 
 
+def import_native(search_path=None):
+    """``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``
+    (the native module's, which imports it by name), and the program's view
+    of ``_cffi_backend`` left as it was.
+
+    Where the program has imported a ``_cffi_backend``, the native module
+    uses that one.  Else pycds's is loaded from ``search_path`` (the search
+    path as start-up left it, where pycds and its dependencies were found),
+    not from what the program's ``sys.path`` names now -- a
+    ``_cffi_backend`` beside its script, a vendored cffi put first -- and
+    taken out of ``sys.modules`` again once the native module has it (the
+    library stays loaded): the program's own ``import _cffi_backend`` is
+    then plain import's.  (Left: a thread of the program importing
+    ``_cffi_backend`` during those ~2 ms of the first archive hit gets
+    pycds's: the native module's init imports it by name through
+    ``sys.modules``.)  The module's import lock is held meanwhile, so that
+    a thread's import of it already under way finishes first, and is the
+    one used.  The program's audit hooks see the import
+    (``_bootstrap._load`` raises the "import" event) and may refuse it.
+    Raises ImportError where it cannot be loaded."""
+    api = sys.modules.get(__package__ + "._nativeapi")
+    if api is not None:
+        return api
+    import _frozen_importlib as _bootstrap
+    with _bootstrap._ModuleLockManager("_cffi_backend"):
+        if "_cffi_backend" in sys.modules:
+            from . import _nativeapi
+            return _nativeapi
+        spec = None
+        if search_path:
+            spec = _bootstrap_external.PathFinder.find_spec("_cffi_backend",
+                                                            list(search_path))
+        if spec is not None:
+            ours = _bootstrap._load(spec)
+        else:
+            import _cffi_backend as ours
+        try:
+            from . import _nativeapi
+        finally:
+            if sys.modules.get("_cffi_backend") is ours:
+                del sys.modules["_cffi_backend"]
+    return _nativeapi
+
+
 def program_raised(e):
     """Whether ``e``, caught around pycds's own work in an import (an index
     lookup, a ``stat``, a read, a native load or release), is the program's
@@ -117,7 +161,7 @@ def program_raised(e):
       importlib when loading the native module fails.
 
     (Not applied while the native module loads: what the program raises
-    there, say its meta path finder refusing ``_cffi_backend``, is a reason
+    there, say its audit hook refusing ``_cffi_backend``, is a reason
     not to use the archive; ``pycds.finder._Archive.load_code``.)"""
     if isinstance(e, PROGRAM_STATE_ERRORS):
         return True

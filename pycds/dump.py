@@ -420,17 +420,12 @@ def preload():
     at exit: a path hook that raises, ``sys.path`` without site-packages, a
     meta path finder that refuses names.  The import costs the same then as
     at exit.  A failure is left for the dump at exit to report."""
-    had_backend = "_cffi_backend" in sys.modules
     try:
         import fcntl  # noqa: F401
-        from . import _nativeapi, _writer, errors  # noqa: F401
+        F.import_native(sys.path)     # (the program has not run yet)
+        from . import _writer, errors  # noqa: F401
     except Exception:
         pass
-    finally:
-        # pycds's _cffi_backend, not the program's: its own import of it
-        # is plain import's (a vendored cffi finds its own; finder.py).
-        if not had_backend:
-            sys.modules.pop("_cffi_backend", None)
 
 
 def dump_at_exit(config):

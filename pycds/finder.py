@@ -168,19 +168,8 @@ class _Archive:
         try:
             if self._native is None:
                 self._opener = me
-                # _cffi_backend is pycds's, not the program's: where the
-                # program has not imported it, it is not left in sys.modules
-                # (the .so stays loaded), so that the program's own import of
-                # it is plain import's (a vendored cffi finds its own).
-                had_backend = "_cffi_backend" in sys.modules
                 try:
-                    try:
-                        if not had_backend:
-                            _import_cffi_backend()
-                        from . import _nativeapi as N
-                    finally:
-                        if not had_backend:
-                            sys.modules.pop("_cffi_backend", None)
+                    N = F.import_native(_startup_path)
                     self._native = N.NativeArchive(
                         self.index.fd, self.index.header,
                         self.index.meta.get("layout", ""), self.verify,
@@ -219,8 +208,9 @@ class _Archive:
         except Exception as e:
             if self._native is None:
                 # Loading the native module runs imports the program does
-                # not make (_cffi_backend), which its own meta path finder
-                # or audit hook may refuse with anything: whatever the
+                # not make (_cffi_backend), which its audit hooks (or, where
+                # it is not on the start-up search path, its meta path
+                # finders) may refuse with anything: whatever the
                 # program raised there is a reason not to use the archive,
                 # not an error of the program's import.
                 if isinstance(e, F.PROGRAM_STATE_ERRORS):
@@ -353,9 +343,12 @@ def _check(entry, check, cached=None):
         dumped = (entry.pyc_kind == F.PYC_TIMESTAMP and not other_pyc and pst is not None
                   and pst.st_mtime_ns == entry.pyc_mtime_ns and pst.st_size == entry.pyc_size)
         if moved or not dumped:
-            data = _read_source(entry.origin)
-            if data is None:
-                return "source is unreadable", st
+            if not dumped:
+                # (Not for the dumped .pyc: plain import reads no source to
+                # take it, nor need this; an audit hook sees no extra open.)
+                data = _read_source(entry.origin)
+                if data is None:
+                    return "source is unreadable", st
             use = _plain_pyc(pyc, pst, st, data)
             if use == _PYC_TRUST:
                 return "an unchecked hash-based .pyc replaced the dumped one", st
@@ -394,7 +387,7 @@ _PYC_USE, _PYC_WRITE, _PYC_TRUST, _PYC_COMPILE = range(4)
 def _plain_pyc(pyc, pst, st, data):
     """What plain import does with the ``.pyc`` at
     ``pyc`` (stat ``pst``, None if missing) for the source of stat ``st``
-    and bytes ``data``, as SourceLoader.get_code does
+    and bytes ``data`` (None: not read), as SourceLoader.get_code does
     (importlib/_bootstrap_external.py, 3.10-3.13): :data:`_PYC_USE` a
     header valid for the source (a timestamp .pyc of its mtime in seconds
     and size, a checked hash-based one of its hash), :data:`_PYC_TRUST` a
@@ -423,6 +416,8 @@ def _plain_pyc(pyc, pst, st, data):
     if flags & 0b1:
         if not F.pyc_source_checked(flags & 0b10):
             return _PYC_TRUST
+        if data is None:     # (the caller reads the source on this answer)
+            return _PYC_WRITE
         if head[8:16] == F.source_hash(data):
             return _PYC_USE
         return _PYC_WRITE
@@ -630,27 +625,6 @@ _search_find_spec = _first_search
 
 # The search path as start-up left it (install()).
 _startup_path = None
-
-
-def _import_cffi_backend():
-    """Import ``_cffi_backend`` (the native module's, which imports it by
-    name): from ``sys.path`` as the program left it, or else from the
-    search path as it was at start-up.  It is pycds's dependency, installed
-    beside it: a program that has taken site-packages off ``sys.path`` since
-    (to run on the standard library alone) still gets its modules from the
-    archive.  A program's finder or audit hook that refuses the import (it
-    raises) is obeyed."""
-    try:
-        import _cffi_backend  # noqa: F401
-    except ModuleNotFoundError as e:
-        if e.name != "_cffi_backend" or not _startup_path:
-            raise
-        spec = PathFinder.find_spec("_cffi_backend", _startup_path)
-        if spec is None:
-            raise
-        # importlib's own load of a found spec (_bootstrap._load, 3.10-3.13):
-        # module lock, sys.modules, as an import statement does.
-        _bootstrap._load(spec)
 
 
 def _path_finder_next(finder):

@@ -536,6 +536,16 @@ class TestStaleSources:
         assert plain.out.strip() == r.out.strip() == "77", (plain, r)
         assert any("source hash differs" in f for f in r.fallbacks()), r
 
+    def test_a_source_touched_within_the_pycs_second_costs_no_source_read(self, tmp_path):
+        # The dumped .pyc is still valid for it: plain import opens no
+        # source, and an audit hook must see none from pycds either.
+        mod, img = dumped_rules(tmp_path, 10)
+        st = os.stat(mod)
+        os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns - st.st_mtime_ns % 10**9))
+        r = run_python(["-c", self.COUNT_OPENS], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert r.out.split() == ["10", "0"] and "rules" in r.served(), r
+
     def test_a_pyc_as_left_costs_no_source_read(self, tmp_path):
         mod, img = dumped_rules(tmp_path, 10)
         r = run_python(["-c", self.COUNT_OPENS], cwd=tmp_path, PYCDSMODE="SHARE",
@@ -717,19 +727,19 @@ class TestProgramExceptions:
 
     @pytest.mark.parametrize("exc", ["ImportError", "RuntimeError"])
     def test_program_refusing_the_native_module(self, tmp_path, exc):
-        # A sandbox's meta path finder refuses modules the program never
-        # imports itself, such as the native module's _cffi_backend: that
-        # is a reason not to use the archive (one warning), not an error of
-        # the program's import of json.
+        # A sandbox's audit hook refuses imports the program never makes
+        # itself, such as the native module's _cffi_backend: that is a
+        # reason not to use the archive (one warning), not an error of the
+        # program's import of json.  (A meta path finder of the program is
+        # not asked for it: pycds's dependency comes from where pycds was
+        # found at start-up, test_the_programs_own_cffi_backend_is_its_own.)
         img = self._dump(tmp_path)
         prog = textwrap.dedent(f"""
             import sys
-            class Sandbox:
-                def find_spec(self, name, path=None, target=None):
-                    if name == "_cffi_backend":
-                        raise {exc}("blocked by the sandbox")
-                    return None
-            sys.meta_path.insert(0, Sandbox())
+            def sandbox(event, args):
+                if event == "import" and args[0] == "_cffi_backend":
+                    raise {exc}("blocked by the sandbox")
+            sys.addaudithook(sandbox)
             import json
             print(json.dumps([1]))
         """)
@@ -975,6 +985,20 @@ class TestMetaPath:
         s = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE=1)
         assert d.out == s.out == plain.out, (d, s)
+        assert "csv" in s.served() and not s.warnings(), s
+
+    def test_a_cffi_backend_beside_the_script_is_not_pycds_s(self, tmp_path):
+        """A bundle keeps its own _cffi_backend beside its script (pip
+        install -t .): sys.path[0] names it, and pycds loaded it for its
+        native module (running the bundle's code, then "archive ignored")."""
+        (tmp_path / "_cffi_backend.py").write_text("print('the bundle body ran')\n")
+        (tmp_path / "app.py").write_text("import csv\nprint(csv.__name__)\n")
+        img = str(tmp_path / "a.img")
+        plain = run_python(["app.py"], cwd=tmp_path)
+        d = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        s = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert plain.out == d.out == s.out == "csv\n", (plain, d, s)
         assert "csv" in s.served() and not s.warnings(), s
 
     def test_a_finder_after_pathfinder_changes_nothing(self, tmp_path):
