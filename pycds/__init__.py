@@ -3,7 +3,8 @@
 A *dump* run records the code objects of the modules a program imports into
 one archive laid out as live CPython objects; later *share* runs read each
 module's part on first import, fix it up and execute those code objects in
-place, skipping the read and unmarshal of each ``.pyc``.  Switched on by environment variables through ``pycds.pth``::
+place, skipping the read and unmarshal of each ``.pyc``.  Switched on by
+environment variables through ``pycds.pth``::
 
     PYCDSMODE=DUMP  PYCDSARCHIVE=app.img python app.py   # write the archive at exit
     PYCDSMODE=SHARE PYCDSARCHIVE=app.img python app.py   # run from the archive

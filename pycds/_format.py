@@ -328,7 +328,7 @@ class Header:
         h.magic = b[:8]
         if h.format != FORMAT_VERSION:
             raise ForeignArchive(f"archive format {h.format}, this pycds reads "
-                              f"format {FORMAT_VERSION}")
+                                 f"format {FORMAT_VERSION}")
         # Checked before the checksum: _imp.source_hash is SipHash-2-4 on
         # 3.10 and SipHash-1-3 from 3.11 on, so another version's header
         # could not even be verified; say which version made it instead.

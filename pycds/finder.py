@@ -30,7 +30,6 @@ import _thread
 import os
 import sys
 import time
-import _frozen_importlib as _bootstrap
 from _frozen_importlib_external import MAGIC_NUMBER, PathFinder, SourceFileLoader
 
 from . import _format as F
@@ -308,7 +307,7 @@ def _check(entry, check, cached=None):
         pst = F.stat_or_none(entry.pyc_path)
         if pst is None:
             return "hash-based .pyc is gone", st
-        if pst.st_mtime_ns != entry.pyc_mtime_ns or pst.st_size != entry.pyc_size:
+        if not _as_dumped(pst, entry):
             return "hash-based .pyc changed", st
         # Where plain import compares the source hash with the .pyc's, an
         # edit that keeps mtime and size is seen by plain import; so it
@@ -322,13 +321,14 @@ def _check(entry, check, cached=None):
         # marshalled again is not byte for byte what a compile gives, and
         # marshal orders a frozenset's items by their bytes).  While the
         # .pyc is the very file the dump run left and the source's stat is
-        # the dumped one, the archived code is its code.  A .pyc written, rewritten or removed since (by
-        # compileall, an installer), another .pyc than at the dump
-        # (sys.pycache_prefix, PYTHONPYCACHEPREFIX changed), none at all,
-        # or a source touched since, means what plain import does with the
-        # .pyc there (_plain_pyc), and code made from the source as it is
-        # now unless that is the dumped .pyc: the archived code is that
-        # only if the source is the dumped one byte for byte.  A stat
+        # the dumped one, the archived code is its code.  A .pyc written,
+        # rewritten or removed since (by compileall, an installer), another
+        # .pyc than at the dump (sys.pycache_prefix, PYTHONPYCACHEPREFIX
+        # changed), none at all, or a source touched since, means what
+        # plain import does with the .pyc there (_plain_pyc), and code made
+        # from the source as it is now unless that is the dumped .pyc: the
+        # archived code is that only if the source is the dumped one byte
+        # for byte.  A stat
         # cannot tell: an edit that keeps size and mtime (clamped mtimes
         # in a build) does.  (Left: a .pyc compiled again and given back
         # the mtime and size it had, as a build that clamps every file's
@@ -340,13 +340,13 @@ def _check(entry, check, cached=None):
         # Docker layer install, whose mtimes are whole seconds.)
         pyc = entry.pyc_path if cached is None else cached
         pst = F.stat_or_none(pyc) if pyc else None
-        dumped = (entry.pyc_kind == F.PYC_TIMESTAMP and not other_pyc and pst is not None
-                  and pst.st_mtime_ns == entry.pyc_mtime_ns and pst.st_size == entry.pyc_size)
+        dumped = (entry.pyc_kind == F.PYC_TIMESTAMP and not other_pyc
+                  and _as_dumped(pst, entry))
         if moved or not dumped:
             if not dumped:
                 # (Not for the dumped .pyc: plain import reads no source to
                 # take it, nor need this; an audit hook sees no extra open.)
-                data = _read_source(entry.origin)
+                data = _read_code_file(entry.origin)
                 if data is None:
                     return "source is unreadable", st
             use = _plain_pyc(pyc, pst, st, data)
@@ -358,7 +358,7 @@ def _check(entry, check, cached=None):
                 check = "hash"
     if check == "hash":
         if data is None:
-            data = _read_source(entry.origin)
+            data = _read_code_file(entry.origin)
             if data is None:
                 return "source is unreadable", st
         if F.source_hash(data) != entry.source_hash:
@@ -366,14 +366,22 @@ def _check(entry, check, cached=None):
     return None, st
 
 
-def _read_source(path):
-    """The bytes of the source at ``path`` as plain import reads them
-    (FileLoader.get_data, 3.10-3.13): through the interpreter's open-code
-    hook, which an embedder may set to vet code files
-    (PyFile_SetOpenCodeHook, PEP 578); None if it cannot be read."""
+def _as_dumped(pst, entry):
+    """Whether ``pst`` (a ``.pyc``'s stat, or None) is that of the ``.pyc``
+    the dump run left for ``entry``."""
+    return (pst is not None and pst.st_mtime_ns == entry.pyc_mtime_ns
+            and pst.st_size == entry.pyc_size)
+
+
+def _read_code_file(path, size=-1):
+    """The first ``size`` bytes (all: -1) of the source or ``.pyc`` at
+    ``path`` as plain import reads them (FileLoader.get_data, 3.10-3.13):
+    through the interpreter's open-code hook, which an embedder may set to
+    vet code files (PyFile_SetOpenCodeHook, PEP 578); None if it cannot be
+    read."""
     try:
         with _io.open_code(path) as f:
-            return f.read()
+            return f.read(size)
     except OSError as e:
         if F.program_raised(e):
             raise
@@ -381,7 +389,7 @@ def _read_source(path):
 
 
 # What plain import does with the .pyc of a source (_plain_pyc).
-_PYC_USE, _PYC_WRITE, _PYC_TRUST, _PYC_COMPILE = range(4)
+_PYC_USE, _PYC_TRUST, _PYC_COMPILE = range(3)
 
 
 def _plain_pyc(pyc, pst, st, data):
@@ -392,39 +400,30 @@ def _plain_pyc(pyc, pst, st, data):
     header valid for the source (a timestamp .pyc of its mtime in seconds
     and size, a checked hash-based one of its hash), :data:`_PYC_TRUST` a
     hash-based .pyc it does not check against the source (it runs that
-    .pyc's code, whatever the source holds), :data:`_PYC_WRITE` none or an
-    invalid one (it compiles the source and writes a .pyc),
-    :data:`_PYC_COMPILE` no .pyc path at all (it
-    compiles the source)."""
-    if not pyc:
-        return _PYC_COMPILE
+    .pyc's code, whatever the source holds), :data:`_PYC_COMPILE` none, an
+    invalid one, or no .pyc path at all (it compiles the source, and writes
+    a .pyc where it can)."""
     if pst is None:
-        return _PYC_WRITE
-    try:
-        with _io.open_code(pyc) as f:
-            head = f.read(16)
-    except OSError as e:
-        if F.program_raised(e):
-            raise
-        return _PYC_WRITE
+        return _PYC_COMPILE
+    head = _read_code_file(pyc, 16)
     # _classify_pyc: magic, length, flags.
-    if head[:4] != MAGIC_NUMBER or len(head) < 16:
-        return _PYC_WRITE
+    if head is None or head[:4] != MAGIC_NUMBER or len(head) < 16:
+        return _PYC_COMPILE
     flags = int.from_bytes(head[4:8], "little")
     if flags & ~0b11:
-        return _PYC_WRITE
+        return _PYC_COMPILE
     if flags & 0b1:
         if not F.pyc_source_checked(flags & 0b10):
             return _PYC_TRUST
         if data is None:     # (the caller reads the source on this answer)
-            return _PYC_WRITE
+            return _PYC_COMPILE
         if head[8:16] == F.source_hash(data):
             return _PYC_USE
-        return _PYC_WRITE
+        return _PYC_COMPILE
     # _validate_timestamp_pyc.
     if (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
             or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
-        return _PYC_WRITE
+        return _PYC_COMPILE
     return _PYC_USE
 
 
