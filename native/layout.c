@@ -114,6 +114,95 @@ copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
     return copy_type_slot(w, *off, op);
 }
 
+/* ---- helpers of pycds_layout_check_object ------------------------------
+ *
+ * (PYCDSVERIFY=1.)  The loader's structural check (verify.c) proves types
+ * and bounds; pycds_layout_check_object proves what marshal.c never reads
+ * from a .pyc but the code object's constructor computes or starts empty,
+ * and what it rejects (_PyCode_Validate, 3.11-3.13;
+ * PyCode_NewWithPosOnlyArgs, 3.10, Objects/codeobject.c), so that a
+ * re-signed archive cannot hand CPython a code object no .pyc could give
+ * it.  Each layout header defines check_code() (and, 3.12+, check_str()). */
+
+/* The arguments a code object takes, as its constructor counts them. */
+static long long
+code_nargs(const PyCodeObject *co)
+{
+    return (long long)co->co_argcount + co->co_kwonlyargcount
+           + ((co->co_flags & CO_VARARGS) != 0)
+           + ((co->co_flags & CO_VARKEYWORDS) != 0);
+}
+
+#if PY_VERSION_HEX >= 0x030B0000
+#  include "internal/pycore_code.h"      /* CO_FAST_* */
+/* The counts 3.11 to 3.13 compute alike: argument counts as
+ * _PyCode_Validate() accepts them, _co_firsttraceable as init_code() finds
+ * it (first_traceable: the first RESUME), co_nlocalsplus = names = kinds,
+ * and the local, cell and free counts init_code() derives from the kinds
+ * (get_localsplus_counts); *nplain gets the cells that are not arguments
+ * (3.11's co_nplaincellvars).  0 or PYCDS_E_CORRUPT. */
+static int
+check_code_counts(const PyCodeObject *co, Py_ssize_t first_traceable, int *nplain)
+{
+    if (co->co_argcount < co->co_posonlyargcount || co->co_posonlyargcount < 0
+        || co->co_kwonlyargcount < 0 || co->co_stacksize < 0
+        || co->co_flags < 0 || co->co_firstlineno < 0 || Py_SIZE(co) < 1
+        || co->_co_firsttraceable != first_traceable) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object with bad counts");
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(co->co_localsplusnames);
+    if (co->co_nlocalsplus != n || PyBytes_GET_SIZE(co->co_localspluskinds) != n) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object locals do not match");
+    }
+    const unsigned char *kinds =
+        (const unsigned char *)PyBytes_AS_STRING(co->co_localspluskinds);
+    int nlocals = 0, ncells = 0, nfree = 0;
+    *nplain = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (kinds[i] & CO_FAST_LOCAL) {
+            nlocals++;
+            if (kinds[i] & CO_FAST_CELL) {
+                ncells++;
+            }
+        }
+        else if (kinds[i] & CO_FAST_CELL) {
+            ncells++;
+            ++*nplain;
+        }
+        else if (kinds[i] & CO_FAST_FREE) {
+            nfree++;
+        }
+    }
+    if (co->co_nlocals != nlocals || co->co_ncellvars != ncells
+        || co->co_nfreevars != nfree || code_nargs(co) > nlocals) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object counts do not match "
+                          "its locals");
+    }
+    return PYCDS_OK;
+}
+#endif
+
+#if PY_VERSION_HEX < 0x030C0000
+/* 3.10 and 3.11's str: what only a process fills in must be empty, as
+ * copy_str() leaves it: the interning state, the wchar_t and UTF-8
+ * caches. */
+static int
+check_str(PyObject *op)
+{
+    PyASCIIObject *a = (PyASCIIObject *)op;
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    if (a->wstr != NULL || a->state.interned != SSTATE_NOT_INTERNED
+        || (!a->state.ascii
+            && (((PyCompactUnicodeObject *)op)->utf8 != NULL
+                || ((PyCompactUnicodeObject *)op)->wstr_length != 0))) {
+        return pycds_fail(PYCDS_E_CORRUPT, "str with per-process state");
+    }
+    _Py_COMP_DIAG_POP
+    return PYCDS_OK;
+}
+#endif
+
 #if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
 /* 3.12's tables of inline cache sizes and of the base opcode of every
  * specialised one, from its own header (libpython does not export them):
@@ -250,16 +339,17 @@ pycds_layout_forget_code(PyObject *op)
 }
 #endif
 
-#ifndef PYCDS_LAYOUT_CHECKS_OBJECTS
-/* Layouts that do not check object fields beyond the loader's structural
- * check (types, bounds, pointers). */
 int
-pycds_layout_check_object(PyObject *op)
+pycds_layout_check_object(const pycds_place *p, PyObject *op)
 {
-    (void)op;
+    if (PyUnicode_CheckExact(op)) {
+        return check_str(op);
+    }
+    if (PyCode_Check(op)) {
+        return check_code(p, (PyCodeObject *)op);
+    }
     return PYCDS_OK;
 }
-#endif
 
 /* Facts every layout shares: the offsets of the static objects an archive
  * may point at, from the anchor.  Same build id => same offsets, but the

@@ -50,7 +50,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static int
@@ -130,6 +132,38 @@ check_chunk_table(const pycds_archive *a)
         prev_end = end;
     }
     return PYCDS_OK;
+}
+
+/* Whether reserving len bytes of address space leaves the program what
+ * RLIMIT_AS lets it have.  The reservation allocates nothing, but counts
+ * against the limit as a whole from the first archive hit (the modules a
+ * program never imports included), so under a tight limit a program that
+ * runs plainly could hit MemoryError, or fail to load an extension, under
+ * SHARE (a review showed both).  The archive is refused when its heap would
+ * take more than half of what the limit leaves the process now (its
+ * VmSize: /proc/self/statm); always used without a limit.  *left gets that
+ * headroom in bytes. */
+static int
+address_space_allows(size_t len, uint64_t *left)
+{
+    struct rlimit rl;
+    *left = UINT64_MAX;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+        return 1;
+    }
+    uint64_t used = 0;
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (f != NULL) {
+        unsigned long long pages;
+        if (fscanf(f, "%llu", &pages) == 1) {
+            long page = sysconf(_SC_PAGESIZE);
+            used = (uint64_t)pages * (uint64_t)(page > 0 ? page : 4096);
+        }
+        fclose(f);
+    }
+    uint64_t limit = (uint64_t)rl.rlim_cur;
+    *left = limit > used ? limit - used : 0;
+    return (uint64_t)len <= *left / 2;
 }
 
 int
@@ -231,6 +265,13 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
     tails = (tails + pg - 1) / pg * pg;
     if (heads + tails > 0) {
         a->map_len = (size_t)(heads + tails);
+        uint64_t left;
+        if (!address_space_allows(a->map_len, &left)) {
+            rc = pycds_fail(PYCDS_E_IO, "its heap needs %zu MiB of address space, "
+                            "more than half of the %llu MiB RLIMIT_AS leaves",
+                            a->map_len >> 20, (unsigned long long)(left >> 20));
+            goto fail;
+        }
         void *m = mmap(NULL, a->map_len, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED) {
@@ -359,7 +400,7 @@ intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
         return pycds_layout_intern(slot);
     }
     PyObject *from = *slot;
-    size_t i = (size_t)(((uintptr_t)from >> 3) * (uintptr_t)0x9E3779B97F4A7C15ULL >> 20) & mask;
+    size_t i = pycds_addr_hash(from, mask);
     while (memo[i].from != NULL) {
         if (memo[i].from == from) {
             /* Each slot owns a reference, as after pycds_layout_intern(). */

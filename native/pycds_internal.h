@@ -21,6 +21,34 @@
  * (MAX_MARSHAL_STACK_DEPTH is 2000), so no loadable .pyc goes beyond it. */
 #define PYCDS_MAX_DEPTH 2000
 
+/* Slot of pointer p in an open-addressing table of mask + 1 slots (a power
+ * of 2): Fibonacci hashing of the address, whose low 3 bits are always 0.
+ * The writer's copy memo, the loader's re-interning memo and the set of
+ * code objects a load initialises use it. */
+static inline size_t
+pycds_addr_hash(const void *p, size_t mask)
+{
+    uintptr_t k = ((uintptr_t)p >> 3) * (uintptr_t)0x9E3779B97F4A7C15ULL;
+    return (size_t)(k >> 16) & mask;
+}
+
+/* table.c: a table keyed by object address (the slots are the caller's to
+ * walk; free(slots) when done). */
+typedef struct {
+    PyObject *key;            /* NULL: empty */
+    uint64_t value;
+} pycds_table_slot;
+typedef struct {
+    pycds_table_slot *slots;
+    size_t used, cap;
+} pycds_table;
+/* 1 and *value if key is in t, else 0. */
+int pycds_table_get(const pycds_table *t, const void *key, uint64_t *value);
+/* Add key, which t lacks; PYCDS_OK or PYCDS_E_NOMEM. */
+int pycds_table_put(pycds_table *t, PyObject *key, uint64_t value);
+/* Empty t, keeping its capacity. */
+void pycds_table_clear(pycds_table *t);
+
 /* errors.c: record a detail message for pycds_last_error(); returns code. */
 int pycds_fail(int code, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -159,8 +187,9 @@ typedef struct {
 } pycds_code_field;
 size_t pycds_layout_code_fields(const pycds_code_field **out);
 /* At load, after the structural check: 0 if op's fields are what a fresh
- * unmarshal could produce (3.11: code object counts, reset caches), else
- * PYCDS_E_CORRUPT.  Layouts without the check get layout.c's default. */
-int pycds_layout_check_object(PyObject *op);
+ * unmarshal could produce (code object counts, reset caches; 3.10: the
+ * co_cell2arg data, which must lie in chunk p), else PYCDS_E_CORRUPT.
+ * Layouts without the check get layout.c's default. */
+int pycds_layout_check_object(const pycds_place *p, PyObject *op);
 
 #endif /* PYCDS_INTERNAL_H */

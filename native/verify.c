@@ -179,7 +179,7 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
         }
     }
     if (t == &PyUnicode_Type) {
-        int rc = pycds_layout_check_object(p);
+        int rc = pycds_layout_check_object(v->p, p);
         if (rc) {
             return rc;
         }
@@ -282,7 +282,7 @@ pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n)
                 }
             }
             if (rc == PYCDS_OK) {
-                rc = pycds_layout_check_object(op);
+                rc = pycds_layout_check_object(v.p, op);
             }
         }
     }

@@ -61,16 +61,6 @@
 #define CHUNK_LIMIT ((uint64_t)1 << 32)   /* relocation entries are 32-bit */
 
 typedef struct {
-    PyObject *key;
-    uint64_t off;
-} memo_slot;
-
-typedef struct {
-    memo_slot *slots;
-    size_t used, cap;
-} addr_table;
-
-typedef struct {
     PyObject *key;            /* the object to copy */
     uint64_t slot;            /* heap offset of the slot that refers to it */
     int done;                 /* already copied (flush_pending) */
@@ -84,10 +74,10 @@ struct pycds_writer {
     uint64_t seed;
     uint64_t chunk_start;     /* heap offset of the chunk being written */
     uint64_t nobjects;
-    addr_table memo;          /* copies of this chunk: object -> heap offset */
+    pycds_table memo;          /* copies of this chunk: object -> heap offset */
     pending_slot *pending;    /* slots whose target is copied at the chunk's end */
     size_t npending, pcap;
-    addr_table seen;          /* interned strs earlier chunks hold (owned refs) */
+    pycds_table seen;          /* interned strs earlier chunks hold (owned refs) */
     uint64_t tail_start;      /* heap offset where the chunk's tail starts */
     PyObject *keepalive;      /* proxies whose addresses must not be reused */
     int ran;                  /* the root is the code the import ran */
@@ -166,85 +156,10 @@ store_slot(pycds_writer *w, uint64_t slot_off, uint64_t value)
     memcpy(w->heap + slot_off, &value, sizeof(value));
 }
 
-/* ---- tables by object address ------------------------------------------ */
-
-/* Open addressing, capacity a power of 2: the copy memo of one chunk
- * (object -> heap offset) and the set of interned strings earlier chunks
- * hold. */
-static size_t
-addr_hash(PyObject *key, size_t mask)
-{
-    uintptr_t k = (uintptr_t)key >> 3;
-    k *= (uintptr_t)0x9E3779B97F4A7C15ULL;
-    return (size_t)(k >> 16) & mask;
-}
-
-static int
-table_get(const addr_table *t, PyObject *key, uint64_t *off)
-{
-    if (t->cap == 0) {
-        return 0;
-    }
-    size_t mask = t->cap - 1;
-    for (size_t i = addr_hash(key, mask);; i = (i + 1) & mask) {
-        if (t->slots[i].key == NULL) {
-            return 0;
-        }
-        if (t->slots[i].key == key) {
-            *off = t->slots[i].off;
-            return 1;
-        }
-    }
-}
-
-/* Add key, which the table lacks. */
-static int
-table_put(addr_table *t, PyObject *key, uint64_t off)
-{
-    if ((t->used + 1) * 2 > t->cap) {
-        size_t ncap = t->cap ? t->cap * 2 : 1024;
-        memo_slot *ns = calloc(ncap, sizeof(memo_slot));
-        if (ns == NULL) {
-            return pycds_fail(PYCDS_E_NOMEM, "cannot grow a table of %zu objects",
-                              t->used);
-        }
-        for (size_t j = 0; j < t->cap; j++) {
-            if (t->slots[j].key != NULL) {
-                size_t i = addr_hash(t->slots[j].key, ncap - 1);
-                while (ns[i].key != NULL) {
-                    i = (i + 1) & (ncap - 1);
-                }
-                ns[i] = t->slots[j];
-            }
-        }
-        free(t->slots);
-        t->slots = ns;
-        t->cap = ncap;
-    }
-    size_t mask = t->cap - 1;
-    size_t i = addr_hash(key, mask);
-    while (t->slots[i].key != NULL) {
-        i = (i + 1) & mask;
-    }
-    t->slots[i].key = key;
-    t->slots[i].off = off;
-    t->used++;
-    return PYCDS_OK;
-}
-
-static void
-table_clear(addr_table *t)
-{
-    if (t->slots) {
-        memset(t->slots, 0, t->cap * sizeof(memo_slot));
-    }
-    t->used = 0;
-}
-
 static int
 memo_get(pycds_writer *w, PyObject *key, uint64_t *off)
 {
-    return table_get(&w->memo, key, off);
+    return pycds_table_get(&w->memo, key, off);
 }
 
 /* A str interned in the dump process is the one object of its value, so
@@ -254,14 +169,14 @@ static int
 seen_has(pycds_writer *w, PyObject *s)
 {
     uint64_t unused;
-    return table_get(&w->seen, s, &unused);
+    return pycds_table_get(&w->seen, s, &unused);
 }
 
 /* Add s, which the set lacks. */
 static int
 seen_add(pycds_writer *w, PyObject *s)
 {
-    int rc = table_put(&w->seen, s, 0);
+    int rc = pycds_table_put(&w->seen, s, 0);
     if (rc == PYCDS_OK) {
         Py_INCREF(s);
     }
@@ -301,7 +216,7 @@ copy_object(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     if (rc) {
         return rc;
     }
-    return table_put(&w->memo, op, *off);
+    return pycds_table_put(&w->memo, op, *off);
 }
 
 int
@@ -790,7 +705,7 @@ done:
         w->nrelocs = saved_nrelocs;
         w->nobjects = saved_nobjects;
     }
-    table_clear(&w->memo);
+    pycds_table_clear(&w->memo);
     w->npending = 0;
     w->tail_start = UINT64_MAX;
     w->ran = 0;

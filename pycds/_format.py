@@ -419,7 +419,7 @@ class Index:
     block and the bucket table.
     """
 
-    def __init__(self, path, fd, header, meta, buckets, foreign=None):
+    def __init__(self, path, fd, header, meta, buckets, foreign=None, file_id=None):
         self.path = path
         self.foreign = foreign   # why this interpreter may not use it, or None
         self.fd = fd
@@ -429,6 +429,7 @@ class Index:
         self._mask = header.nbuckets - 1
         self._key = header.archive_id
         self._table = None       # chunk table bytes, read by verify only
+        self._file_id = file_id  # (st_dev, st_ino) of the file opened
 
     @classmethod
     def open(cls, path, check_owner=True, check_interpreter=True):
@@ -470,7 +471,7 @@ class Index:
             if len(buckets) != h.nbuckets * 8 or \
                     checksum(buckets, h.archive_id) != h.buckets_sum:
                 raise FormatError("bucket table checksum mismatch")
-            return cls(path, fd, h, meta, buckets, foreign)
+            return cls(path, fd, h, meta, buckets, foreign, (st.st_dev, st.st_ino))
         except FormatError:
             os.close(fd)
             raise
@@ -588,6 +589,17 @@ class Index:
         # native byte order (pycds/_writer.py, chunk_table)
         r = struct.unpack("=QIIQIIQ", b)
         return (r[0], r[1], r[2], r[3], r[4], r[6])
+
+    def fd_lost(self):
+        """Whether the descriptor no longer refers to the file opened: the
+        program closed it (daemonizing code closes every descriptor), and
+        maybe opened another file under its number.  A read failing then
+        says nothing about the archive.  Never raises."""
+        try:
+            st = os.fstat(self.fd)
+        except (OSError, ValueError):
+            return True
+        return self._file_id is not None and (st.st_dev, st.st_ino) != self._file_id
 
     def close(self):
         if self.fd >= 0:

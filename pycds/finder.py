@@ -117,6 +117,10 @@ def _warn(msg):
     _log.warning(msg)
 
 
+# Why an archive is dropped when the program closed pycds's descriptors.
+_LOST_FD = "the program closed its file descriptor"
+
+
 def _fallback(name, reason):
     f = _stats["fallbacks"]
     f[reason] = f.get(reason, 0) + 1
@@ -232,6 +236,10 @@ class _Archive:
             elif code in (-1, -10):
                 # PYCDS_E_NOMEM, PYCDS_E_PYTHON: this process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")
+            elif self.index.fd_lost():
+                # (The native side reads through a duplicate of it, which
+                # went the same way.)
+                self.disable(_LOST_FD)
             else:
                 # PYCDS_E_CORRUPT, PYCDS_E_IO, PYCDS_E_ARG (an index entry
                 # out of range) or a malformed entry: the file is damaged or
@@ -662,7 +670,7 @@ class CDSFinder:
         except Exception as e:
             if F.program_raised(e):
                 raise
-            archive.disable(f"index unreadable ({e})")
+            archive.disable(_LOST_FD if archive.index.fd_lost() else f"index unreadable ({e})")
             return None
         if entry is None:
             if _verbose >= 2:

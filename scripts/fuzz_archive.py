@@ -30,9 +30,11 @@ Mutations (see :func:`mutations`):
   length, root, relocation range, module number), relocation entries whose
   slot or target lies outside the chunk or the interpreter image, unknown
   kinds, misaligned targets, ob_type slots pointing at non-types, header
-  section offsets, foreign meta (layout, version, optimize), and (3.11) the
-  root code object's computed fields: argument and local/cell/free counts,
-  the first traceable instruction, per-process cache pointers.
+  section offsets, foreign meta (layout, version, optimize), the root code
+  object's computed fields (argument and local/cell/free counts, the frame
+  size, the first traceable instruction, per-process cache pointers: the
+  fields :func:`code_layout` lists for this CPython) and a str's cached
+  UTF-8 pointer.
 
 Mutating *data* bytes (bytecode, string contents) and re-signing them is not
 done: that is a valid archive with other code in it, as a .pyc with forged
@@ -52,6 +54,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 
@@ -71,7 +74,8 @@ from fuzzpkg import shapes
 print(json.dumps({"a": [1, 2.5, None]}, sort_keys=True))
 print(textwrap.shorten("the quick brown fox jumps over the lazy dog", 20))
 print(fractions.Fraction(3, 9) + 1, colorsys.rgb_to_hsv(0.2, 0.4, 0.6))
-print(shapes.area(shapes.Box(2, 3)), sorted(shapes.KINDS), shapes.BIG, shapes.Z)
+print(shapes.area(shapes.Box(2, 3)), sorted(shapes.KINDS), shapes.BIG, shapes.Z,
+      ascii(shapes.UNIT))
 print(fuzzpkg.describe("x"), string.capwords("hello world"))
 raise SystemExit(shapes.EXIT)
 '''
@@ -88,6 +92,7 @@ KINDS = frozenset({"box", "ring"}) | {"tri"}
 BIG = 2 ** 100 - 3
 Z = complex(1.5, -2)
 EXIT = 3
+UNIT = "\u00b5m\u00b2"
 
 @dataclass
 class Box:
@@ -211,6 +216,106 @@ def entry_of(model, name):
         if e.name == name:
             return e
     raise KeyError(name)
+
+
+# ---- object layout of this CPython -------------------------------------------
+
+# The PyCodeObject fields that marshal never reads from a .pyc but the code
+# object's constructor computes or starts empty (Include/cpython/code.h of
+# each version): the re-signed mutations below damage them, and the load
+# must refuse the result under PYCDSVERIFY=1 (native/layout/layout_3XX.h,
+# pycds_layout_check_object).  (int fields, pointer fields.)
+_CODE_FIELDS = {
+    (3, 10): (("co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_nlocals"),
+              ("co_cell2arg", "co_zombieframe", "co_weakreflist", "co_extra",
+               "co_opcache_map", "co_opcache")),
+    (3, 11): (("co_argcount", "co_posonlyargcount", "co_kwonlyargcount",
+               "co_nlocalsplus", "co_nlocals", "co_nplaincellvars", "co_ncellvars",
+               "co_nfreevars", "_co_firsttraceable"),
+              ("co_weakreflist", "_co_code", "_co_linearray", "co_extra")),
+    (3, 12): (("co_argcount", "co_posonlyargcount", "co_kwonlyargcount",
+               "co_nlocalsplus", "co_framesize", "co_nlocals", "co_ncellvars",
+               "co_nfreevars", "co_version", "_co_firsttraceable"),
+              ("co_weakreflist", "_co_cached", "_co_monitoring", "co_extra")),
+}
+_CODE_FIELDS[(3, 13)] = (_CODE_FIELDS[(3, 12)][0],
+                         _CODE_FIELDS[(3, 12)][1] + ("co_executors",))
+_COMMON = ("co_consts", "co_stacksize", "co_flags", "co_firstlineno")
+
+_layout = None
+
+
+def code_layout():
+    """``{name: offset}`` of this CPython's PyCodeObject fields that the
+    mutations use (:data:`_CODE_FIELDS` and ``co_consts``, ``co_stacksize``,
+    ``co_flags``, ``co_firstlineno``), and of the str fields ``str.state``
+    (PyASCIIObject) and ``str.utf8`` (PyCompactUnicodeObject), read from
+    the interpreter's own headers by compiling a few lines of C with the C
+    compiler that builds extensions.  Raises RuntimeError without one."""
+    global _layout
+    if _layout is not None:
+        return _layout
+    ints, ptrs = _CODE_FIELDS[sys.version_info[:2]]
+    lines = [f'printf("{f} %zu\\n", offsetof(PyCodeObject, {f}));'
+             for f in (*_COMMON, *ints, *ptrs)]
+    lines += ['printf("str.state %zu\\n", offsetof(PyASCIIObject, state));',
+              'printf("str.utf8 %zu\\n", offsetof(PyCompactUnicodeObject, utf8));']
+    src = ("#include <Python.h>\n#include <stddef.h>\n#include <stdio.h>\n"
+           "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    with tempfile.TemporaryDirectory() as d:
+        c, exe = os.path.join(d, "off.c"), os.path.join(d, "off")
+        with open(c, "w") as f:
+            f.write(src)
+        try:
+            subprocess.run([*cc, "-I", sysconfig.get_paths()["include"], c, "-o", exe],
+                           check=True, capture_output=True, text=True)
+            out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise RuntimeError(f"cannot read the object layout: {e}") from None
+    _layout = {k: int(v) for k, v in (ln.split() for ln in out.splitlines())}
+    return _layout
+
+
+def code_int_fields():
+    """The int fields of :data:`_CODE_FIELDS` for this CPython."""
+    return _CODE_FIELDS[sys.version_info[:2]][0]
+
+
+def code_ptr_fields():
+    """The pointer fields of :data:`_CODE_FIELDS` for this CPython."""
+    return _CODE_FIELDS[sys.version_info[:2]][1]
+
+
+def internal_target(model, e, slot):
+    """The chunk offset a chunk-relative pointer slot of module ``e`` holds
+    (as the writer stores INTERNAL targets), or None if the slot has no
+    INTERNAL relocation."""
+    for _, s, k in _ptr_slots(model, e):
+        if s == slot and k == 0:
+            at = e.chunk_off + slot
+            return int.from_bytes(model.heap[at:at + 8], "little")
+    return None
+
+
+def nested_code(model, e, code_off):
+    """``(slot, target)`` chunk offsets of the co_consts items of the code
+    object at chunk offset ``code_off`` of module ``e`` that are code
+    objects of the chunk."""
+    lay = code_layout()
+    consts = internal_target(model, e, code_off + lay["co_consts"])
+    if consts is None:
+        return []
+    base = e.chunk_off
+    n = int.from_bytes(model.heap[base + consts + 16:base + consts + 24], "little")
+    root_type = model.heap[base + e.root_off + 8:base + e.root_off + 16]
+    out = []
+    for k in range(n):
+        slot = consts + 24 + 8 * k
+        t = internal_target(model, e, slot)
+        if t is not None and model.heap[base + t + 8:base + t + 16] == root_type:
+            out.append((slot, t))
+    return out
 
 
 # ---- mutations ---------------------------------------------------------------
@@ -377,19 +482,16 @@ def resigned_mutations(data, rng, n, used):
     def code_field(m, e):
         """A field of the module's code object that marshal never reads from
         a .pyc but computes (counts derived from co_localspluskinds, caches
-        reset per process).  CPython 3.11 x86-64 offsets (cpython/code.h);
-        co_stacksize, co_flags and co_firstlineno are left alone: a .pyc
-        carries them and CPython trusts them there too."""
-        if sys.version_info[:2] != (3, 11) or sys.maxsize != 2 ** 63 - 1:
+        reset per process: :data:`_CODE_FIELDS`).  co_stacksize, co_flags
+        and co_firstlineno are left alone: a .pyc carries them and CPython
+        trusts them there too."""
+        try:
+            lay = code_layout()
+        except RuntimeError:
             return None
-        ints = {"co_argcount": 56, "co_posonlyargcount": 60, "co_kwonlyargcount": 64,
-                "co_nlocalsplus": 76, "co_nlocals": 80, "co_nplaincellvars": 84,
-                "co_ncellvars": 88, "co_nfreevars": 92, "_co_firsttraceable": 168}
-        ptrs = {"co_weakreflist": 144, "_co_code": 152, "_co_linearray": 160,
-                "co_extra": 176}
-        name = rng.choice(sorted(ints) + sorted(ptrs))
-        at = e.chunk_off + e.root_off + {**ints, **ptrs}[name]
-        if name in ints:
+        name = rng.choice(sorted(code_int_fields()) + sorted(code_ptr_fields()))
+        at = e.chunk_off + e.root_off + lay[name]
+        if name in code_int_fields():
             old = int.from_bytes(m.heap[at:at + 4], "little", signed=True)
             new = rng.choice([old + 1, old - 1, -1, 2 ** 31 - 1, old + 1000])
             m.heap[at:at + 4] = new.to_bytes(4, "little", signed=True)

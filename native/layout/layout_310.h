@@ -312,3 +312,55 @@ pycds_layout_intern(PyObject **slot)
     }
     return PYCDS_OK;
 }
+
+/* ---- load-time check of what marshal would have validated --------------
+ *
+ * (layout.c, pycds_layout_check_object.)  What PyCode_NewWithPosOnlyArgs
+ * (Objects/codeobject.c, 3.10) rejects or computes itself rather than
+ * reading it from a .pyc: argument and local counts (co_nlocals as the
+ * compiler sets it: len(co_varnames); frames are sized from it), bytecode
+ * of whole code units, and co_cell2arg -- NULL, or len(co_cellvars)
+ * argument indexes (each below the argument count, or CO_CELL_NOT_AN_ARG)
+ * lying in chunk p: frame set-up reads them (_PyEval_MakeFrameVector).
+ * Per-process state copy_code() leaves zeroed must be zero.  co has passed
+ * the structural check (its pointer fields point at objects of the right
+ * types). */
+static int
+check_code(const pycds_place *p, PyCodeObject *co)
+{
+    if (co->co_zombieframe != NULL || co->co_weakreflist != NULL
+        || co->co_extra != NULL || co->co_opcache_map != NULL
+        || co->co_opcache != NULL || co->co_opcache_flag != 0
+        || co->co_opcache_size != 0) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object with per-process state");
+    }
+    Py_ssize_t ncode = PyBytes_GET_SIZE(co->co_code);
+    if (co->co_argcount < co->co_posonlyargcount || co->co_posonlyargcount < 0
+        || co->co_kwonlyargcount < 0 || co->co_nlocals < 0
+        || co->co_stacksize < 0 || co->co_flags < 0 || co->co_firstlineno < 0
+        || ncode > INT_MAX || ncode % (Py_ssize_t)sizeof(_Py_CODEUNIT) != 0) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object with bad counts");
+    }
+    long long nargs = code_nargs(co);
+    if (co->co_nlocals != PyTuple_GET_SIZE(co->co_varnames) || nargs > co->co_nlocals) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object counts do not match "
+                          "its locals");
+    }
+    if (co->co_cell2arg != NULL) {
+        Py_ssize_t ncells = PyTuple_GET_SIZE(co->co_cellvars);
+        if (ncells == 0 || (uintptr_t)co->co_cell2arg % sizeof(Py_ssize_t) != 0
+            || pycds_place_room(p, co->co_cell2arg)
+                   < (uint64_t)ncells * sizeof(Py_ssize_t)) {
+            return pycds_fail(PYCDS_E_CORRUPT, "code object's cell map is "
+                              "misplaced");
+        }
+        for (Py_ssize_t i = 0; i < ncells; i++) {
+            Py_ssize_t arg = co->co_cell2arg[i];
+            if (arg != CO_CELL_NOT_AN_ARG && (arg < 0 || arg >= nargs)) {
+                return pycds_fail(PYCDS_E_CORRUPT, "code object's cell map is "
+                                  "out of range");
+            }
+        }
+    }
+    return PYCDS_OK;
+}

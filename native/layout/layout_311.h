@@ -14,6 +14,7 @@
  */
 #include "internal/pycore_gc.h"
 #include "internal/pycore_code.h"
+#include "opcode.h"                      /* RESUME */
 
 #define PYCDS_LAYOUT_NAME "cpython-3.11"
 #define PYCDS_STR2(x) #x
@@ -223,78 +224,35 @@ pycds_layout_forget_code(PyObject *op)
 
 /* ---- load-time check of what marshal would have validated --------------
  *
- * The loader's structural check (loader.c, verify_chunk) proves types and
- * bounds; this proves the fields marshal.c never reads from a .pyc but
- * computes, and those codeobject.c's _PyCode_Validate() rejects, so that a
- * re-signed archive cannot hand CPython a code object no .pyc could give
- * it: argument counts, the local/cell/free counts init_code() derives from
- * co_localspluskinds (3.11 sizes frames from co_nlocalsplus + co_stacksize:
- * _PyFrame_NumSlotsForCodeObject), and the per-process pointers copy_code()
- * resets.  For str: the cached UTF-8 and wchar_t pointers copy_str() resets.
- * op has passed the structural check (its pointer fields are valid). */
-#define PYCDS_LAYOUT_CHECKS_OBJECTS 1
+ * (layout.c, pycds_layout_check_object.)  Besides the counts 3.11 to 3.13
+ * share (check_code_counts): co_nplaincellvars, and the per-process
+ * pointers copy_code() resets.  3.11 sizes frames from co_nlocalsplus +
+ * co_stacksize (_PyFrame_NumSlotsForCodeObject).  co has passed the
+ * structural check (its pointer fields are valid). */
 
-int
-pycds_layout_check_object(PyObject *op)
+/* init_code(): the index of the first RESUME, or the code's length. */
+static Py_ssize_t
+first_traceable(PyCodeObject *co)
 {
-    if (PyUnicode_CheckExact(op)) {
-        PyASCIIObject *a = (PyASCIIObject *)op;
-        _Py_COMP_DIAG_PUSH
-        _Py_COMP_DIAG_IGNORE_DEPR_DECLS
-        if (a->wstr != NULL || a->state.interned != SSTATE_NOT_INTERNED
-            || (!a->state.ascii
-                && ((PyCompactUnicodeObject *)op)->utf8 != NULL)) {
-            return pycds_fail(PYCDS_E_CORRUPT, "str with per-process state");
-        }
-        _Py_COMP_DIAG_POP
-        return PYCDS_OK;
+    Py_ssize_t i = 0;
+    while (i < Py_SIZE(co) && _Py_OPCODE(_PyCode_CODE(co)[i]) != RESUME) {
+        i++;
     }
-    if (!PyCode_Check(op)) {
-        return PYCDS_OK;
-    }
-    PyCodeObject *co = (PyCodeObject *)op;
+    return i;
+}
+
+static int
+check_code(const pycds_place *p, PyCodeObject *co)
+{
+    (void)p;
     if (co->co_weakreflist != NULL || co->_co_code != NULL
         || co->_co_linearray != NULL || co->co_extra != NULL) {
         return pycds_fail(PYCDS_E_CORRUPT, "code object with per-process state");
     }
-    if (co->co_argcount < co->co_posonlyargcount || co->co_posonlyargcount < 0
-        || co->co_kwonlyargcount < 0 || co->co_stacksize < 0
-        || co->co_flags < 0 || co->co_firstlineno < 0 || Py_SIZE(co) < 1
-        || co->_co_firsttraceable < 0 || co->_co_firsttraceable > Py_SIZE(co)) {
-        return pycds_fail(PYCDS_E_CORRUPT, "code object with bad counts");
+    int nplain = 0;
+    int rc = check_code_counts(co, first_traceable(co), &nplain);
+    if (rc == PYCDS_OK && co->co_nplaincellvars != nplain) {
+        rc = pycds_fail(PYCDS_E_CORRUPT, "code object counts do not match its locals");
     }
-    /* As init_code() / get_localsplus_counts() derive them. */
-    Py_ssize_t n = PyTuple_GET_SIZE(co->co_localsplusnames);
-    if (co->co_nlocalsplus != n
-        || PyBytes_GET_SIZE(co->co_localspluskinds) != n) {
-        return pycds_fail(PYCDS_E_CORRUPT, "code object locals do not match");
-    }
-    const unsigned char *kinds =
-        (const unsigned char *)PyBytes_AS_STRING(co->co_localspluskinds);
-    int nlocals = 0, ncells = 0, nplain = 0, nfree = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (kinds[i] & CO_FAST_LOCAL) {
-            nlocals++;
-            if (kinds[i] & CO_FAST_CELL) {
-                ncells++;
-            }
-        }
-        else if (kinds[i] & CO_FAST_CELL) {
-            ncells++;
-            nplain++;
-        }
-        else if (kinds[i] & CO_FAST_FREE) {
-            nfree++;
-        }
-    }
-    long long nargs = (long long)co->co_argcount + co->co_kwonlyargcount
-                      + ((co->co_flags & CO_VARARGS) != 0)
-                      + ((co->co_flags & CO_VARKEYWORDS) != 0);
-    if (co->co_nlocals != nlocals || co->co_ncellvars != ncells
-        || co->co_nplaincellvars != nplain || co->co_nfreevars != nfree
-        || nargs > nlocals) {
-        return pycds_fail(PYCDS_E_CORRUPT, "code object counts do not match "
-                          "its locals");
-    }
-    return PYCDS_OK;
+    return rc;
 }

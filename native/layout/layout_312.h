@@ -65,6 +65,7 @@
 #include "internal/pycore_gc.h"
 #include "opcode.h"                      /* 3.13: opcode_ids.h */
 #include "internal/pycore_code.h"
+#include "internal/pycore_frame.h"       /* FRAME_SPECIALS_SIZE */
 #include "internal/pycore_interp.h"
 #include "internal/pycore_long.h"
 #include "internal/pycore_pystate.h"
@@ -165,6 +166,63 @@ pycds_layout_forget_code(PyObject *op)
         slot->func = NULL;
     }
 #endif
+}
+
+/* ---- load-time check of what marshal would have validated --------------
+ *
+ * (layout.c, pycds_layout_check_object.)  Besides the counts 3.11 to 3.13
+ * share (check_code_counts): co_framesize (3.12+ sizes every frame from it:
+ * _PyFrame_PushUnchecked), and the per-process fields copy_code() resets
+ * (co_version is drawn after this check: pycds_layout_after_load).  For
+ * str: the interning state and the cached UTF-8 block copy_str() resets.
+ * The object has passed the structural check (its pointer fields point at
+ * objects of the right types). */
+
+/* init_code(): the index of the first RESUME, or the code's length (a
+ * fresh code object's RESUME is not specialised yet: bytecode_is_fresh). */
+static Py_ssize_t
+first_traceable(PyCodeObject *co)
+{
+    Py_ssize_t i = 0;
+    while (i < Py_SIZE(co) && _PyCode_CODE(co)[i].op.code != RESUME) {
+        i++;
+    }
+    return i;
+}
+
+static int
+check_str(PyObject *op)
+{
+    PyASCIIObject *a = (PyASCIIObject *)op;
+    if (a->state.interned != SSTATE_NOT_INTERNED || a->state.statically_allocated
+        || (!a->state.ascii
+            && (((PyCompactUnicodeObject *)op)->utf8 != NULL
+                || ((PyCompactUnicodeObject *)op)->utf8_length != 0))) {
+        return pycds_fail(PYCDS_E_CORRUPT, "str with per-process state");
+    }
+    return PYCDS_OK;
+}
+
+static int
+check_code(const pycds_place *p, PyCodeObject *co)
+{
+    (void)p;
+    if (co->co_version != 0 || co->co_weakreflist != NULL || co->_co_cached != NULL
+        || co->_co_instrumentation_version != 0 || co->_co_monitoring != NULL
+#if PYCDS_313
+        || co->co_executors != NULL
+#endif
+        || co->co_extra != NULL) {
+        return pycds_fail(PYCDS_E_CORRUPT, "code object with per-process state");
+    }
+    int nplain = 0;
+    int rc = check_code_counts(co, first_traceable(co), &nplain);
+    if (rc == PYCDS_OK
+        && (long long)co->co_framesize
+               != (long long)co->co_nlocalsplus + co->co_stacksize + FRAME_SPECIALS_SIZE) {
+        rc = pycds_fail(PYCDS_E_CORRUPT, "code object frame size does not match");
+    }
+    return rc;
 }
 
 static int
@@ -583,10 +641,20 @@ notify_created(PyInterpreterState *interp, PyCodeObject *co)
     }
 }
 
+/* The code objects init_loaded() has seen in one load (a pycds_table used
+ * as a set).  The compiler gives every code object one place in its
+ * parent's co_consts, but marshal's references (FLAG_REF) can make two
+ * constants one object, and so can a crafted archive; either way unmarshal
+ * runs init_code once per object, and a walk that went through a shared code
+ * object again would draw it a second version and take time exponential in
+ * the nesting (a chain of 45 functions, each holding the next twice, took
+ * 2^45 steps: found by a review). */
+
 /* What init_code does per process for one code object, innermost first
- * (unmarshal creates a code object's constants before the code object). */
+ * (unmarshal creates a code object's constants before the code object),
+ * once per object. */
 static int
-init_loaded(PyInterpreterState *interp, PyObject *op, int depth)
+init_loaded(PyInterpreterState *interp, pycds_table *seen, PyObject *op, int depth)
 {
     if (depth > PYCDS_MAX_DEPTH) {
         return pycds_fail(PYCDS_E_TOODEEP, "constants nested deeper than %d",
@@ -595,6 +663,14 @@ init_loaded(PyInterpreterState *interp, PyObject *op, int depth)
     if (!PyCode_Check(op)) {
         return PYCDS_OK;
     }
+    uint64_t unused;
+    if (pycds_table_get(seen, op, &unused)) {
+        return PYCDS_OK;      /* done before */
+    }
+    int rc = pycds_table_put(seen, op, 0);
+    if (rc) {
+        return rc;
+    }
     /* Nested code objects sit directly in co_consts (the compiler and
      * marshal never put one inside a constant tuple), so only those are
      * walked: constant tuples can share items (((0,)*2,)*2 ...) and a walk
@@ -602,12 +678,12 @@ init_loaded(PyInterpreterState *interp, PyObject *op, int depth)
     PyCodeObject *co = (PyCodeObject *)op;
     PyObject *consts = co->co_consts;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); i++) {
-        int rc = init_loaded(interp, PyTuple_GET_ITEM(consts, i), depth + 1);
+        rc = init_loaded(interp, seen, PyTuple_GET_ITEM(consts, i), depth + 1);
         if (rc) {
             return rc;
         }
     }
-    int rc = draw_code_version(interp, &co->co_version);
+    rc = draw_code_version(interp, &co->co_version);
     if (rc) {
         return rc;
     }
@@ -618,5 +694,8 @@ init_loaded(PyInterpreterState *interp, PyObject *op, int depth)
 int
 pycds_layout_after_load(PyObject *root)
 {
-    return init_loaded(PyInterpreterState_Get(), root, 0);
+    pycds_table seen = {NULL, 0, 0};
+    int rc = init_loaded(PyInterpreterState_Get(), &seen, root, 0);
+    free(seen.slots);
+    return rc;
 }

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from conftest import Run, clean_env
-from _rel import archive_dir, base_archive, fuzz_archive, refused, share  # noqa: F401
+from conftest import Run, clean_env, run_python
+from _rel import archive_dir, base_archive, dump, fuzz_archive, refused, share  # noqa: F401
 
 F = fuzz_archive.F
 
@@ -347,3 +347,135 @@ def _shift_slot(m, e, kind, delta, which=-1):
     at = e.chunk_off + slot
     old = int.from_bytes(m.heap[at:at + 8], "little")
     m.heap[at:at + 8] = ((old + delta) % 2 ** 64).to_bytes(8, "little")
+
+
+class TestObjectFields:
+    """Re-signed damage to what marshal never reads from a .pyc but the
+    constructors compute (native/layout/layout_3XX.h,
+    pycds_layout_check_object): refused under PYCDSVERIFY=1 on every
+    version.  3.12 and 3.13 had no such check until a review crashed them
+    with a code object's co_nlocalsplus and a str's UTF-8 pointer."""
+
+    def _mutated(self, data, mutate):
+        m = fuzz_archive.Model(data)
+        mutate(m, fuzz_archive.entry_of(m, "fuzzpkg.shapes"))
+        return m.to_bytes()
+
+    @pytest.mark.parametrize("field", fuzz_archive.code_int_fields()
+                             + fuzz_archive.code_ptr_fields())
+    def test_code_field(self, base_archive, archive_dir, field):
+        """A count off by one, or a per-process pointer set."""
+        work, _, data, plain, _ = base_archive
+        at = fuzz_archive.code_layout()[field]
+
+        def mutate(m, e):
+            o = e.chunk_off + e.root_off + at
+            if field in fuzz_archive.code_int_fields():
+                old = int.from_bytes(m.heap[o:o + 4], "little", signed=True)
+                m.heap[o:o + 4] = (old + 1).to_bytes(4, "little", signed=True)
+            else:
+                m.heap[o:o + 8] = (0x4141414141410).to_bytes(8, "little")
+        path = _write(archive_dir / "c.img", self._mutated(data, mutate))
+        reason = refused(share(work, path, PYCDSVERIFY=1), plain, path)
+        assert "code object" in reason, reason
+
+    def test_str_utf8_pointer(self, base_archive, archive_dir):
+        # shapes.UNIT, "µm²": a non-ASCII constant of the module code.
+        work, _, data, plain, _ = base_archive
+        lay = fuzz_archive.code_layout()
+        found = []
+
+        def mutate(m, e):
+            base = e.chunk_off
+            consts = fuzz_archive.internal_target(m, e, e.root_off + lay["co_consts"])
+            n = int.from_bytes(m.heap[base + consts + 16:base + consts + 24], "little")
+            for k in range(n):
+                t = fuzz_archive.internal_target(m, e, consts + 24 + 8 * k)
+                if t is None:
+                    continue
+                o = base + t
+                state = int.from_bytes(m.heap[o + lay["str.state"]:o + lay["str.state"] + 4],
+                                       "little")
+                length = int.from_bytes(m.heap[o + 16:o + 24], "little")
+                kind, compact, ascii = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+                if length == 3 and kind == 1 and compact and not ascii:
+                    at = o + lay["str.utf8"]
+                    m.heap[at:at + 8] = (0x4141414141410).to_bytes(8, "little")
+                    found.append(t)
+        path = _write(archive_dir / "u.img", self._mutated(data, mutate))
+        assert len(found) == 1
+        reason = refused(share(work, path, PYCDSVERIFY=1), plain, path)
+        assert "str with per-process state" in reason, reason
+
+    def test_the_offsets_are_this_interpreters(self, base_archive):
+        # The module code object read at the offsets the mutations use has
+        # the compiled module's stack size, flags and first line.
+        work, _, data, _, _ = base_archive
+        lay = fuzz_archive.code_layout()
+        m = fuzz_archive.Model(data)
+        e = fuzz_archive.entry_of(m, "fuzzpkg.shapes")
+        with open(e.origin) as f:
+            code = compile(f.read(), e.origin, "exec")
+
+        def i32(name):
+            o = e.chunk_off + e.root_off + lay[name]
+            return int.from_bytes(m.heap[o:o + 4], "little", signed=True)
+        assert (i32("co_stacksize"), i32("co_flags"), i32("co_firstlineno")) == \
+            (code.co_stacksize, code.co_flags, code.co_firstlineno)
+        nested = fuzz_archive.nested_code(m, e, e.root_off)
+        assert len(nested) == sum(isinstance(c, type(code)) for c in code.co_consts)
+
+
+# 40 nested functions, each with a str constant of its own.
+CHAIN = "".join("    " * i + f"def f{i}():\n" + "    " * (i + 1) + f"s = 'a{i}'\n"
+                for i in range(40)) + "    " * 40 + "return s\n"
+
+
+def test_shared_nested_code_objects_are_initialised_once(tmp_path):
+    """A code object reached twice through co_consts (marshal's references
+    can share one, and so can a crafted archive) is set up once per load
+    (3.12+: layout_312.h, init_loaded): with each function of a 40-deep
+    chain holding the next one twice, a walk without that memory took 2^40
+    steps and never finished (found by a review).  Served or refused, the
+    run must end as plain does."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "chain.py").write_text(CHAIN)
+    (work / "app.py").write_text("import chain\nprint(chain.f0.__name__)\n")
+    img = str(tmp_path / "c.img")
+    dump(str(work), img, args=["app.py"])
+    plain = run_python(["app.py"], cwd=str(work))
+    m = fuzz_archive.Model.read(img)
+    e = fuzz_archive.entry_of(m, "chain")
+    code, depth = e.root_off, 0
+    while True:
+        nested = fuzz_archive.nested_code(m, e, code)
+        if not nested:
+            break
+        (_, inner), = nested
+        if code != e.root_off:
+            # Another relocated item of this function's co_consts (its str)
+            # now points at the inner function's code object too.
+            lay = fuzz_archive.code_layout()
+            consts = fuzz_archive.internal_target(m, e, code + lay["co_consts"])
+            n = int.from_bytes(m.heap[e.chunk_off + consts + 16:e.chunk_off + consts + 24],
+                               "little")
+            slots = {consts + 24 + 8 * k for k in range(n)} - {s for s, _ in nested}
+            for i, slot, kind in fuzz_archive._ptr_slots(m, e):
+                if slot in slots:
+                    m.set_reloc(i, slot | 0)        # INTERNAL
+                    at = e.chunk_off + slot
+                    m.heap[at:at + 8] = inner.to_bytes(8, "little")
+                    break
+            else:
+                raise AssertionError(f"no other constant at depth {depth}")
+        code, depth = inner, depth + 1
+    assert depth == 40
+    path = tmp_path / "dag.img"
+    path.write_bytes(m.to_bytes())
+    os.chmod(path, 0o644)
+    for verify in ("0", "1"):
+        r = share(str(work), str(path), args=["app.py"], PYCDSVERIFY=verify,
+                  PYCDSVERBOSE=1, timeout=60)
+        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "f0\n"), r
+        assert "chain" in r.served(), r

@@ -434,6 +434,37 @@ class TestDumpEdges:
         assert {"json", "decimal"} <= set(s.served()), s
 
 
+class TestDescriptorsClosedByTheProgram:
+    """Daemonizing code closes every descriptor (os.closerange), pycds's
+    included, and may open files that take their numbers.  The program runs
+    as plain Python from then on, and the one warning says why: no longer
+    "index entry fails its checksum (archive corrupt, or replaced while in
+    use)", which it was not (a review)."""
+
+    APP = textwrap.dedent("""\
+        import os, sys, json
+        os.closerange(3, 4096)
+        files = [open(sys.argv[0], "rb") for _ in range(int(sys.argv[1]))]
+        import decimal, fractions
+        print(json.dumps([1]), decimal.Decimal("1.5") + 1, fractions.Fraction(2, 4))
+        """)
+
+    @pytest.mark.parametrize("reuse", [0, 8])
+    def test_said_as_it_is(self, tmp_path, reuse):
+        (tmp_path / "app.py").write_text(self.APP)
+        img = str(tmp_path / "a.img")
+        args = ["app.py", str(reuse)]
+        assert run_python(args, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+        plain = run_python(args, cwd=tmp_path)
+        r = run_python(args, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "[1] 2.5 1/2\n"), r
+        assert "json" in r.served() and "decimal" not in r.served(), r
+        warning, = r.warnings()
+        assert warning == (f"[pycds] warning: archive {img} ignored: "
+                           "the program closed its file descriptor"), r
+
+
 class TestAddressSpaceLimit:
     """RLIMIT_AS below what the imports need: the program fails as plain
     Python fails (MemoryError) or runs, never dies.  The read-ahead thread's
@@ -475,6 +506,45 @@ class TestAddressSpaceLimit:
                            PYCDSARCHIVE=img, PYCDSRELEASE="1")
             assert r.rc in (1, 3), (mib, r)
             assert "thread-local" not in r.err, (mib, r)
+
+    BIG = ("import asyncio, email.mime.multipart, http.server, xml.dom.minidom, unittest, "
+           "argparse, logging.handlers, decimal, pydoc, json, tarfile, zipfile, inspect, "
+           "dataclasses, typing, pickle, csv, urllib.request, difflib, ast, configparser, "
+           "optparse, gettext\n")
+    SMALL = textwrap.dedent("""\
+        import os, resource, sys
+        heap = int(sys.argv[1])
+        with open("/proc/self/statm") as f:
+            vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        lim = vm + heap * 3 // 2 + (4 << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        import json
+        b = bytearray(heap)
+        print("ok", json.dumps([1]))
+        """)
+
+    def test_a_big_archive_leaves_the_program_its_memory(self, tmp_path):
+        # The heap's reservation counts against RLIMIT_AS as a whole from the
+        # first archive hit: a program importing one module of a big archive
+        # had that much less, and hit MemoryError where plain Python ran
+        # (a review).  The archive is refused instead, with one warning.
+        (tmp_path / "big.py").write_text(self.BIG)
+        (tmp_path / "small.py").write_text(self.SMALL)
+        img = str(tmp_path / "big.img")
+        d = run_python(["big.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert d.rc == 0, d
+        from pycds import _format
+        index = _format.Index.open(img)
+        heap = index.header.heap_len
+        index.close()
+        assert heap > 6 << 20, heap
+        plain = run_python(["small.py", str(heap)], cwd=tmp_path)
+        assert (plain.rc, plain.out) == (0, "ok [1]\n"), plain
+        r = run_python(["small.py", str(heap)], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img)
+        assert (r.rc, r.out) == (plain.rc, plain.out), r
+        warning, = r.warnings()
+        assert "RLIMIT_AS" in warning and "ignored" in warning, r
 
 
 class TestProcessModels:
