@@ -42,6 +42,8 @@ typedef struct {
     pycds_table_slot *slots;
     size_t used, cap;
 } pycds_table;
+/* key's slot in t (its value may be changed), or NULL. */
+pycds_table_slot *pycds_table_find(const pycds_table *t, const void *key);
 /* 1 and *value if key is in t, else 0. */
 int pycds_table_get(const pycds_table *t, const void *key, uint64_t *value);
 /* Add key, which t lacks; PYCDS_OK or PYCDS_E_NOMEM. */

@@ -11,22 +11,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-int
-pycds_table_get(const pycds_table *t, const void *key, uint64_t *value)
+pycds_table_slot *
+pycds_table_find(const pycds_table *t, const void *key)
 {
     if (t->cap == 0) {
-        return 0;
+        return NULL;
     }
     size_t mask = t->cap - 1;
     for (size_t i = pycds_addr_hash(key, mask);; i = (i + 1) & mask) {
         if (t->slots[i].key == NULL) {
-            return 0;
+            return NULL;
         }
         if (t->slots[i].key == key) {
-            *value = t->slots[i].value;
-            return 1;
+            return &t->slots[i];
         }
     }
+}
+
+int
+pycds_table_get(const pycds_table *t, const void *key, uint64_t *value)
+{
+    pycds_table_slot *s = pycds_table_find(t, key);
+    if (s == NULL) {
+        return 0;
+    }
+    *value = s->value;
+    return 1;
 }
 
 int

@@ -23,9 +23,12 @@
  *     be a slot that a relocation entry fixed up, pointing at an object of
  *     an allowed type (the exact type the code field needs).
  * External targets (static objects of the image) must have an allowed type.
- * Runs after apply_relocations(), before any object is used.  What it does
- * not check is what CPython does not check in a .pyc either: the bytecode and
- * the code object's scalar fields (see docs/reliability.md).
+ * Then the fields unmarshal computes rather than reads
+ * (pycds_layout_check_object), and that no constant contains itself
+ * (check_acyclic).  Runs after apply_relocations(), before any object is
+ * used.  What it does not check is what CPython does not check in a .pyc
+ * either: the bytecode and the code object's fields a .pyc carries (see
+ * docs/reliability.md).
  */
 
 enum { SLOT_NONE = 0 };   /* else kind + 1 */
@@ -231,6 +234,80 @@ check_items(verifier *v, PyObject *t, PyTypeObject *want)
     return PYCDS_OK;
 }
 
+/* ---- no constant contains itself -----------------------------------------
+ *
+ * marshal.c reserves a code object's reference until its fields are read
+ * and refuses a reference to it meanwhile ("bad marshal data (invalid
+ * reference)"), so no .pyc holds a code object among its own constants;
+ * CPython's hash() of one (and of a tuple containing itself) recurses
+ * without end.  A depth-first walk of the chunk's tuples and code objects
+ * (edges: tuple items, co_consts; a FROZENSET slot still points at its item
+ * tuple here) refuses any cycle.  color: per 8-byte word of the chunk, 0
+ * unseen, 1 on the walk's path, 2 done; zeroed by the caller.  Runs after
+ * the structural check: every object reached is well formed. */
+
+typedef struct {
+    PyObject *op;
+    Py_ssize_t next;          /* the next edge to follow */
+} walk_frame;
+
+/* Edge i of op (a tuple or code object of the chunk), or NULL past the last. */
+static PyObject *
+edge(PyObject *op, Py_ssize_t i)
+{
+    if (Py_TYPE(op) == &PyTuple_Type) {
+        return i < Py_SIZE(op) ? PyTuple_GET_ITEM(op, i) : NULL;
+    }
+    return i == 0 ? ((PyCodeObject *)op)->co_consts : NULL;
+}
+
+static int
+check_acyclic(const pycds_place *p, uint8_t *color, PyObject *root)
+{
+    size_t depth = 0, cap = 256;
+    walk_frame *stack = malloc(cap * sizeof(*stack));
+    if (stack == NULL) {
+        return pycds_fail(PYCDS_E_NOMEM, "cannot allocate the walk of the constants");
+    }
+    int rc = PYCDS_OK;
+    stack[depth++] = (walk_frame){root, 0};
+    color[pycds_place_off(p, root) / 8] = 1;
+    while (depth > 0) {
+        walk_frame *f = &stack[depth - 1];
+        PyObject *next = edge(f->op, f->next++);
+        if (next == NULL) {
+            color[pycds_place_off(p, f->op) / 8] = 2;
+            depth--;
+            continue;
+        }
+        if (pycds_place_room(p, next) == 0
+            || (Py_TYPE(next) != &PyTuple_Type && Py_TYPE(next) != &PyCode_Type)) {
+            continue;         /* a static object, or one without such edges */
+        }
+        uint8_t *c = &color[pycds_place_off(p, next) / 8];
+        if (*c == 1) {
+            rc = pycds_fail(PYCDS_E_CORRUPT, "a constant contains itself");
+            break;
+        }
+        if (*c == 2) {
+            continue;
+        }
+        if (depth == cap) {
+            walk_frame *s = realloc(stack, 2 * cap * sizeof(*stack));
+            if (s == NULL) {
+                rc = pycds_fail(PYCDS_E_NOMEM, "cannot grow the walk of the constants");
+                break;
+            }
+            stack = s;
+            cap *= 2;
+        }
+        *c = 1;
+        stack[depth++] = (walk_frame){next, 0};
+    }
+    free(stack);
+    return rc;
+}
+
 int
 pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n)
 {
@@ -285,6 +362,12 @@ pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n)
                 rc = pycds_layout_check_object(v.p, op);
             }
         }
+    }
+    if (rc == PYCDS_OK) {
+        /* The slot map is done with: it becomes the walk's colours. */
+        memset(v.slot_kind, 0, len / 8 + 1);
+        rc = check_acyclic(p, v.slot_kind,
+                           (PyObject *)pycds_place_at(p, p->root_off));
     }
 done:
     free(maps);

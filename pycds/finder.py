@@ -237,8 +237,8 @@ class _Archive:
                 # PYCDS_E_NOMEM, PYCDS_E_PYTHON: this process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")
             elif self.index.fd_lost():
-                # (The native side reads through a duplicate of it, which
-                # went the same way.)
+                # (The native side reads through a duplicate of it;
+                # daemonizing code closes both.)
                 self.disable(_LOST_FD)
             else:
                 # PYCDS_E_CORRUPT, PYCDS_E_IO, PYCDS_E_ARG (an index entry

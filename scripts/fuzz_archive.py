@@ -224,14 +224,16 @@ def entry_of(model, name):
 # object's constructor computes or starts empty (Include/cpython/code.h of
 # each version): the re-signed mutations below damage them, and the load
 # must refuse the result under PYCDSVERIFY=1 (native/layout/layout_3XX.h,
-# pycds_layout_check_object).  (int fields, pointer fields.)
+# pycds_layout_check_object).  (int fields, pointer fields; the mutations
+# write 4 bytes at an int field's offset: 3.11's co_warmup is a short, and
+# adding 1 to the 4 bytes there adds 1 to it.)
 _CODE_FIELDS = {
     (3, 10): (("co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_nlocals"),
               ("co_cell2arg", "co_zombieframe", "co_weakreflist", "co_extra",
                "co_opcache_map", "co_opcache")),
     (3, 11): (("co_argcount", "co_posonlyargcount", "co_kwonlyargcount",
                "co_nlocalsplus", "co_nlocals", "co_nplaincellvars", "co_ncellvars",
-               "co_nfreevars", "_co_firsttraceable"),
+               "co_nfreevars", "_co_firsttraceable", "co_warmup"),
               ("co_weakreflist", "_co_code", "_co_linearray", "co_extra")),
     (3, 12): (("co_argcount", "co_posonlyargcount", "co_kwonlyargcount",
                "co_nlocalsplus", "co_framesize", "co_nlocals", "co_ncellvars",

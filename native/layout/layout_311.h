@@ -225,8 +225,8 @@ pycds_layout_forget_code(PyObject *op)
 /* ---- load-time check of what marshal would have validated --------------
  *
  * (layout.c, pycds_layout_check_object.)  Besides the counts 3.11 to 3.13
- * share (check_code_counts): co_nplaincellvars, and the per-process
- * pointers copy_code() resets.  3.11 sizes frames from co_nlocalsplus +
+ * share (check_code_counts): co_nplaincellvars, and the per-process state
+ * copy_code() resets (the caches, the line array, co_warmup).  3.11 sizes frames from co_nlocalsplus +
  * co_stacksize (_PyFrame_NumSlotsForCodeObject).  co has passed the
  * structural check (its pointer fields are valid). */
 
@@ -246,7 +246,8 @@ check_code(const pycds_place *p, PyCodeObject *co)
 {
     (void)p;
     if (co->co_weakreflist != NULL || co->_co_code != NULL
-        || co->_co_linearray != NULL || co->co_extra != NULL) {
+        || co->_co_linearray != NULL || co->_co_linearray_entry_size != 0
+        || co->co_warmup != QUICKENING_INITIAL_WARMUP_VALUE || co->co_extra != NULL) {
         return pycds_fail(PYCDS_E_CORRUPT, "code object with per-process state");
     }
     int nplain = 0;

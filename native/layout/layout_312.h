@@ -650,6 +650,9 @@ notify_created(PyInterpreterState *interp, PyCodeObject *co)
  * the nesting (a chain of 45 functions, each holding the next twice, took
  * 2^45 steps: found by a review). */
 
+/* States of a code object in that table. */
+enum { CODE_WALKED = 1, CODE_DONE = 2 };
+
 /* What init_code does per process for one code object, innermost first
  * (unmarshal creates a code object's constants before the code object),
  * once per object. */
@@ -663,11 +666,17 @@ init_loaded(PyInterpreterState *interp, pycds_table *seen, PyObject *op, int dep
     if (!PyCode_Check(op)) {
         return PYCDS_OK;
     }
-    uint64_t unused;
-    if (pycds_table_get(seen, op, &unused)) {
-        return PYCDS_OK;      /* done before */
+    pycds_table_slot *s = pycds_table_find(seen, op);
+    if (s != NULL) {
+        /* Done before (shared), or still being walked: a code object among
+         * its own constants, which no .pyc can hold (marshal reserves a
+         * code object's reference until its fields are read, and refuses
+         * one to it meanwhile: "bad marshal data (invalid reference)"), and
+         * whose hash() would recurse without end. */
+        return s->value == CODE_DONE ? PYCDS_OK
+               : pycds_fail(PYCDS_E_CORRUPT, "a code object contains itself");
     }
-    int rc = pycds_table_put(seen, op, 0);
+    int rc = pycds_table_put(seen, op, CODE_WALKED);
     if (rc) {
         return rc;
     }
@@ -688,6 +697,7 @@ init_loaded(PyInterpreterState *interp, pycds_table *seen, PyObject *op, int dep
         return rc;
     }
     notify_created(interp, co);
+    pycds_table_find(seen, op)->value = CODE_DONE;
     return PYCDS_OK;
 }
 

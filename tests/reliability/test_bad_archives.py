@@ -431,13 +431,8 @@ CHAIN = "".join("    " * i + f"def f{i}():\n" + "    " * (i + 1) + f"s = 'a{i}'\
                 for i in range(40)) + "    " * 40 + "return s\n"
 
 
-def test_shared_nested_code_objects_are_initialised_once(tmp_path):
-    """A code object reached twice through co_consts (marshal's references
-    can share one, and so can a crafted archive) is set up once per load
-    (3.12+: layout_312.h, init_loaded): with each function of a 40-deep
-    chain holding the next one twice, a walk without that memory took 2^40
-    steps and never finished (found by a review).  Served or refused, the
-    run must end as plain does."""
+def _chain_archive(tmp_path):
+    """(workdir, plain Run, Model and entry of the dumped CHAIN module)."""
     work = tmp_path / "w"
     work.mkdir()
     (work / "chain.py").write_text(CHAIN)
@@ -446,7 +441,41 @@ def test_shared_nested_code_objects_are_initialised_once(tmp_path):
     dump(str(work), img, args=["app.py"])
     plain = run_python(["app.py"], cwd=str(work))
     m = fuzz_archive.Model.read(img)
-    e = fuzz_archive.entry_of(m, "chain")
+    return work, plain, m, fuzz_archive.entry_of(m, "chain")
+
+
+def _point_a_constant_at(m, e, code, target):
+    """Make a relocated co_consts item of the code object at chunk offset
+    ``code`` other than its nested code objects (its str) point at chunk
+    offset ``target``."""
+    lay = fuzz_archive.code_layout()
+    consts = fuzz_archive.internal_target(m, e, code + lay["co_consts"])
+    n = int.from_bytes(m.heap[e.chunk_off + consts + 16:e.chunk_off + consts + 24], "little")
+    slots = ({consts + 24 + 8 * k for k in range(n)}
+             - {s for s, _ in fuzz_archive.nested_code(m, e, code)})
+    for i, slot, kind in fuzz_archive._ptr_slots(m, e):
+        if slot in slots:
+            m.set_reloc(i, slot | 0)        # INTERNAL
+            at = e.chunk_off + slot
+            m.heap[at:at + 8] = target.to_bytes(8, "little")
+            return
+    raise AssertionError("no other constant")
+
+
+def _written(tmp_path, m):
+    path = tmp_path / "m.img"
+    path.write_bytes(m.to_bytes())
+    os.chmod(path, 0o644)
+    return str(path)
+
+
+def test_shared_nested_code_objects_are_initialised_once(tmp_path):
+    """A code object reached twice through co_consts (marshal's references
+    can share one, and so can a crafted archive) is set up once per load
+    (3.12+: layout_312.h, init_loaded): with each function of a 40-deep
+    chain holding the next one twice, a walk without that memory took 2^40
+    steps and never finished (found by a review)."""
+    work, plain, m, e = _chain_archive(tmp_path)
     code, depth = e.root_off, 0
     while True:
         nested = fuzz_archive.nested_code(m, e, code)
@@ -454,28 +483,31 @@ def test_shared_nested_code_objects_are_initialised_once(tmp_path):
             break
         (_, inner), = nested
         if code != e.root_off:
-            # Another relocated item of this function's co_consts (its str)
-            # now points at the inner function's code object too.
-            lay = fuzz_archive.code_layout()
-            consts = fuzz_archive.internal_target(m, e, code + lay["co_consts"])
-            n = int.from_bytes(m.heap[e.chunk_off + consts + 16:e.chunk_off + consts + 24],
-                               "little")
-            slots = {consts + 24 + 8 * k for k in range(n)} - {s for s, _ in nested}
-            for i, slot, kind in fuzz_archive._ptr_slots(m, e):
-                if slot in slots:
-                    m.set_reloc(i, slot | 0)        # INTERNAL
-                    at = e.chunk_off + slot
-                    m.heap[at:at + 8] = inner.to_bytes(8, "little")
-                    break
-            else:
-                raise AssertionError(f"no other constant at depth {depth}")
+            _point_a_constant_at(m, e, code, inner)
         code, depth = inner, depth + 1
     assert depth == 40
-    path = tmp_path / "dag.img"
-    path.write_bytes(m.to_bytes())
-    os.chmod(path, 0o644)
+    path = _written(tmp_path, m)
     for verify in ("0", "1"):
-        r = share(str(work), str(path), args=["app.py"], PYCDSVERIFY=verify,
+        r = share(str(work), path, args=["app.py"], PYCDSVERIFY=verify,
                   PYCDSVERBOSE=1, timeout=60)
         assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "f0\n"), r
         assert "chain" in r.served(), r
+
+
+def test_a_code_object_among_its_own_constants_is_refused(tmp_path):
+    """No .pyc can hold one (marshal refuses a reference to a code object
+    whose fields it is still reading), and hash() of one recurses without
+    end.  Refused under PYCDSVERIFY=1 on every version (verify.c,
+    check_acyclic), and by 3.12+'s per-load pass in any mode; before,
+    that pass refused it only by running into the depth limit, and after
+    it had learned to skip code objects seen before, the process crashed
+    (a review)."""
+    work, plain, m, e = _chain_archive(tmp_path)
+    (_, f0), = fuzz_archive.nested_code(m, e, e.root_off)
+    _point_a_constant_at(m, e, f0, f0)
+    path = _written(tmp_path, m)
+    modes = ("0", "1") if sys.version_info >= (3, 12) else ("1",)
+    for verify in modes:
+        r = share(str(work), path, args=["app.py"], PYCDSVERIFY=verify, timeout=60)
+        reason = refused(r, plain, path)
+        assert "contains itself" in reason, (verify, r)
