@@ -200,6 +200,37 @@ def pyc_source_checked(checked):
     return policy == "always" or (policy == "default" and bool(checked))
 
 
+# What plain import does with a .pyc for its source (classify_pyc).
+PYC_VALID, PYC_UNCHECKED, PYC_INVALID = range(3)
+
+
+def classify_pyc(head, st, src_hash):
+    """What plain import does with the ``.pyc`` whose first 16 bytes are
+    ``head`` (None: no .pyc, or unreadable) for the source of stat ``st``
+    and hash ``src_hash`` (:func:`source_hash`; None where not known), as
+    SourceLoader.get_code does (_classify_pyc, _validate_timestamp_pyc,
+    _validate_hash_pyc in importlib/_bootstrap_external.py, 3.10-3.13):
+    :data:`PYC_VALID` it runs the .pyc, whose header is valid for the source
+    (a timestamp .pyc of its mtime in seconds and size, a checked hash-based
+    one of its hash); :data:`PYC_UNCHECKED` it runs a hash-based .pyc it
+    does not check against the source, whatever the source holds;
+    :data:`PYC_INVALID` it compiles the source (a checked hash-based .pyc
+    with ``src_hash`` None is taken for one)."""
+    if head is None or len(head) < 16 or head[:4] != _bootstrap_external.MAGIC_NUMBER:
+        return PYC_INVALID
+    flags = int.from_bytes(head[4:8], "little")
+    if flags & ~0b11:
+        return PYC_INVALID
+    if flags & 0b1:
+        if not pyc_source_checked(flags & 0b10):
+            return PYC_UNCHECKED
+        return PYC_VALID if src_hash is not None and head[8:16] == src_hash else PYC_INVALID
+    if (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
+            or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
+        return PYC_INVALID
+    return PYC_VALID
+
+
 def _loader_parts():
     # What SourceLoader.get_code (importlib/_bootstrap_external.py,
     # 3.10-3.13) makes a module's code with, as a program may replace them:

@@ -28,7 +28,7 @@ import time
 # importlib.machinery re-exports these; importing it would also import
 # importlib and warnings at every DUMP start-up.
 from _frozen_importlib import ModuleSpec
-from _frozen_importlib_external import MAGIC_NUMBER, SourceFileLoader
+from _frozen_importlib_external import SourceFileLoader
 
 from . import _capture, _config
 from . import _format as F
@@ -89,23 +89,6 @@ def _pyc_facts(cached):
     return kind, st, head
 
 
-def _pyc_trusted(head, st, src_hash):
-    """Whether plain import would load the .pyc starting with ``head`` for
-    the source of stat ``st`` and hash ``src_hash`` (F.source_hash) rather
-    than compile the
-    source (SourceLoader.get_code, _classify_pyc, _validate_timestamp_pyc,
-    _validate_hash_pyc in importlib/_bootstrap_external.py, 3.10-3.13)."""
-    if len(head) < 16 or head[:4] != MAGIC_NUMBER:
-        return False
-    flags = int.from_bytes(head[4:8], "little")
-    if flags & ~0b11:
-        return False
-    if flags & 0b1:
-        return not F.pyc_source_checked(flags & 0b10) or head[8:16] == src_hash
-    return (int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-            and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
-
-
 def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
     """The module code the import of ``module`` ran (pycds._capture), if it
     is the code plain import would run now; else None.  ``st`` and
@@ -120,7 +103,7 @@ def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
     # The .pyc plain import would load now, unchanged since before the
     # import: the code that ran came from it.
     if pyc_st is None or pyc_st.st_ctime_ns >= when - _capture.SETTLED_NS \
-            or not _pyc_trusted(pyc_head, st, src_hash):
+            or F.classify_pyc(pyc_head, st, src_hash) == F.PYC_INVALID:
         return None
     return code
 
@@ -190,7 +173,8 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
                 pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
             else:
                 code = ran
-            if pyc_kind == F.PYC_TIMESTAMP and not _pyc_trusted(pyc_head, st, src_hash):
+            if (pyc_kind == F.PYC_TIMESTAMP
+                    and F.classify_pyc(pyc_head, st, src_hash) == F.PYC_INVALID):
                 # Plain import compiles the source past this .pyc: a SHARE
                 # run checks the source's bytes (pycds.finder._stale).  (A
                 # hash-based .pyc stays recorded: whether plain import checks

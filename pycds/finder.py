@@ -30,7 +30,7 @@ import _thread
 import os
 import sys
 import time
-from _frozen_importlib_external import MAGIC_NUMBER, PathFinder, SourceFileLoader
+from _frozen_importlib_external import PathFinder, SourceFileLoader
 
 from . import _format as F
 
@@ -303,7 +303,7 @@ def _check(entry, check, cached=None):
     if st.st_size != entry.size:
         return "source changed", st
     moved = st.st_mtime_ns != entry.mtime_ns
-    data = None
+    src_hash = None
     other_pyc = cached is not None and cached != entry.pyc_path
     if entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH) and not other_pyc:
         # Plain import trusts (or checks) the hash-based .pyc; it must be
@@ -333,7 +333,7 @@ def _check(entry, check, cached=None):
         # rewritten or removed since (by compileall, an installer), another
         # .pyc than at the dump (sys.pycache_prefix, PYTHONPYCACHEPREFIX
         # changed), none at all, or a source touched since, means what
-        # plain import does with the .pyc there (_plain_pyc), and code made
+        # plain import does with the .pyc there (F.classify_pyc), and code made
         # from the source as it is now unless that is the dumped .pyc: the
         # archived code is that only if the source is the dumped one byte
         # for byte.  A stat
@@ -354,22 +354,24 @@ def _check(entry, check, cached=None):
             if not dumped:
                 # (Not for the dumped .pyc: plain import reads no source to
                 # take it, nor need this; an audit hook sees no extra open.)
-                data = _read_code_file(entry.origin)
-                if data is None:
+                src_hash = _source_hash(entry.origin)
+                if src_hash is None:
                     return "source is unreadable", st
-            use = _plain_pyc(pyc, pst, st, data)
-            if use == _PYC_TRUST:
+            # What plain import does with the .pyc there (its 16-byte header).
+            head = _read_code_file(pyc, 16) if pst is not None else None
+            use = F.classify_pyc(head, st, src_hash)
+            if use == F.PYC_UNCHECKED:
                 return "an unchecked hash-based .pyc replaced the dumped one", st
-            if use != _PYC_USE or not dumped:
+            if use != F.PYC_VALID or not dumped:
                 # (The dumped .pyc still valid for a source touched within
                 # the second is what plain import runs: the archived code.)
                 check = "hash"
     if check == "hash":
-        if data is None:
-            data = _read_code_file(entry.origin)
-            if data is None:
+        if src_hash is None:
+            src_hash = _source_hash(entry.origin)
+            if src_hash is None:
                 return "source is unreadable", st
-        if F.source_hash(data) != entry.source_hash:
+        if src_hash != entry.source_hash:
             return "source hash differs", st
     return None, st
 
@@ -396,43 +398,11 @@ def _read_code_file(path, size=-1):
         return None
 
 
-# What plain import does with the .pyc of a source (_plain_pyc).
-_PYC_USE, _PYC_TRUST, _PYC_COMPILE = range(3)
-
-
-def _plain_pyc(pyc, pst, st, data):
-    """What plain import does with the ``.pyc`` at
-    ``pyc`` (stat ``pst``, None if missing) for the source of stat ``st``
-    and bytes ``data`` (None: not read), as SourceLoader.get_code does
-    (importlib/_bootstrap_external.py, 3.10-3.13): :data:`_PYC_USE` a
-    header valid for the source (a timestamp .pyc of its mtime in seconds
-    and size, a checked hash-based one of its hash), :data:`_PYC_TRUST` a
-    hash-based .pyc it does not check against the source (it runs that
-    .pyc's code, whatever the source holds), :data:`_PYC_COMPILE` none, an
-    invalid one, or no .pyc path at all (it compiles the source, and writes
-    a .pyc where it can)."""
-    if pst is None:
-        return _PYC_COMPILE
-    head = _read_code_file(pyc, 16)
-    # _classify_pyc: magic, length, flags.
-    if head is None or head[:4] != MAGIC_NUMBER or len(head) < 16:
-        return _PYC_COMPILE
-    flags = int.from_bytes(head[4:8], "little")
-    if flags & ~0b11:
-        return _PYC_COMPILE
-    if flags & 0b1:
-        if not F.pyc_source_checked(flags & 0b10):
-            return _PYC_TRUST
-        if data is None:     # (the caller reads the source on this answer)
-            return _PYC_COMPILE
-        if head[8:16] == F.source_hash(data):
-            return _PYC_USE
-        return _PYC_COMPILE
-    # _validate_timestamp_pyc.
-    if (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
-            or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
-        return _PYC_COMPILE
-    return _PYC_USE
+def _source_hash(path):
+    """The source hash of the file at ``path`` (:func:`_read_code_file`),
+    or None if it cannot be read."""
+    data = _read_code_file(path)
+    return None if data is None else F.source_hash(data)
 
 
 class _ChunkRef:
