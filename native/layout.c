@@ -134,20 +134,35 @@ code_nargs(const PyCodeObject *co)
 }
 
 #if PY_VERSION_HEX >= 0x030B0000
-#  include "internal/pycore_code.h"      /* CO_FAST_* */
+#  include "internal/pycore_code.h"      /* CO_FAST_*, _Py_OPCODE */
+#  include "opcode.h"                    /* RESUME (3.13: opcode_ids.h) */
+
+/* init_code() (3.11-3.13): the index of the first RESUME, or the code's
+ * length.  A fresh code object's RESUME is not specialised yet (3.13's
+ * RESUME_CHECK comes with its first run: layout_312.h, bytecode_is_fresh). */
+static Py_ssize_t
+first_traceable(PyCodeObject *co)
+{
+    Py_ssize_t i = 0;
+    while (i < Py_SIZE(co) && _Py_OPCODE(_PyCode_CODE(co)[i]) != RESUME) {
+        i++;
+    }
+    return i;
+}
+
 /* The counts 3.11 to 3.13 compute alike: argument counts as
  * _PyCode_Validate() accepts them, _co_firsttraceable as init_code() finds
- * it (first_traceable: the first RESUME), co_nlocalsplus = names = kinds,
- * and the local, cell and free counts init_code() derives from the kinds
- * (get_localsplus_counts); *nplain gets the cells that are not arguments
- * (3.11's co_nplaincellvars).  0 or PYCDS_E_CORRUPT. */
+ * it, co_nlocalsplus = names = kinds, and the local, cell and free counts
+ * init_code() derives from the kinds (get_localsplus_counts); *nplain gets
+ * the cells that are not arguments (3.11's co_nplaincellvars).  0 or
+ * PYCDS_E_CORRUPT. */
 static int
-check_code_counts(const PyCodeObject *co, Py_ssize_t first_traceable, int *nplain)
+check_code_counts(PyCodeObject *co, int *nplain)
 {
     if (co->co_argcount < co->co_posonlyargcount || co->co_posonlyargcount < 0
         || co->co_kwonlyargcount < 0 || co->co_stacksize < 0
         || co->co_flags < 0 || co->co_firstlineno < 0 || Py_SIZE(co) < 1
-        || co->_co_firsttraceable != first_traceable) {
+        || co->_co_firsttraceable != first_traceable(co)) {
         return pycds_fail(PYCDS_E_CORRUPT, "code object with bad counts");
     }
     Py_ssize_t n = PyTuple_GET_SIZE(co->co_localsplusnames);

@@ -14,7 +14,6 @@
  */
 #include "internal/pycore_gc.h"
 #include "internal/pycore_code.h"
-#include "opcode.h"                      /* RESUME */
 
 #define PYCDS_LAYOUT_NAME "cpython-3.11"
 #define PYCDS_STR2(x) #x
@@ -230,17 +229,6 @@ pycds_layout_forget_code(PyObject *op)
  * co_stacksize (_PyFrame_NumSlotsForCodeObject).  co has passed the
  * structural check (its pointer fields are valid). */
 
-/* init_code(): the index of the first RESUME, or the code's length. */
-static Py_ssize_t
-first_traceable(PyCodeObject *co)
-{
-    Py_ssize_t i = 0;
-    while (i < Py_SIZE(co) && _Py_OPCODE(_PyCode_CODE(co)[i]) != RESUME) {
-        i++;
-    }
-    return i;
-}
-
 static int
 check_code(const pycds_place *p, PyCodeObject *co)
 {
@@ -251,7 +239,7 @@ check_code(const pycds_place *p, PyCodeObject *co)
         return pycds_fail(PYCDS_E_CORRUPT, "code object with per-process state");
     }
     int nplain = 0;
-    int rc = check_code_counts(co, first_traceable(co), &nplain);
+    int rc = check_code_counts(co, &nplain);
     if (rc == PYCDS_OK && co->co_nplaincellvars != nplain) {
         rc = pycds_fail(PYCDS_E_CORRUPT, "code object counts do not match its locals");
     }

@@ -178,18 +178,6 @@ pycds_layout_forget_code(PyObject *op)
  * The object has passed the structural check (its pointer fields point at
  * objects of the right types). */
 
-/* init_code(): the index of the first RESUME, or the code's length (a
- * fresh code object's RESUME is not specialised yet: bytecode_is_fresh). */
-static Py_ssize_t
-first_traceable(PyCodeObject *co)
-{
-    Py_ssize_t i = 0;
-    while (i < Py_SIZE(co) && _PyCode_CODE(co)[i].op.code != RESUME) {
-        i++;
-    }
-    return i;
-}
-
 static int
 check_str(PyObject *op)
 {
@@ -216,7 +204,7 @@ check_code(const pycds_place *p, PyCodeObject *co)
         return pycds_fail(PYCDS_E_CORRUPT, "code object with per-process state");
     }
     int nplain = 0;
-    int rc = check_code_counts(co, first_traceable(co), &nplain);
+    int rc = check_code_counts(co, &nplain);
     if (rc == PYCDS_OK
         && (long long)co->co_framesize
                != (long long)co->co_nlocalsplus + co->co_stacksize + FRAME_SPECIALS_SIZE) {
