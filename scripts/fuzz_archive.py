@@ -300,24 +300,28 @@ def internal_target(model, e, slot):
     return None
 
 
+def const_items(model, e, code_off):
+    """``(slot, target)`` chunk offsets of each co_consts item of the code
+    object at chunk offset ``code_off`` of module ``e``; target None where
+    the item is not an INTERNAL reference into the chunk (an interned str,
+    a static object).  Empty where co_consts is not in the chunk."""
+    consts = internal_target(model, e, code_off + code_layout()["co_consts"])
+    if consts is None:
+        return []
+    at = e.chunk_off + consts
+    n = int.from_bytes(model.heap[at + 16:at + 24], "little")      # ob_size
+    slots = [consts + 24 + 8 * k for k in range(n)]                 # ob_item
+    return [(slot, internal_target(model, e, slot)) for slot in slots]
+
+
 def nested_code(model, e, code_off):
     """``(slot, target)`` chunk offsets of the co_consts items of the code
     object at chunk offset ``code_off`` of module ``e`` that are code
     objects of the chunk."""
-    lay = code_layout()
-    consts = internal_target(model, e, code_off + lay["co_consts"])
-    if consts is None:
-        return []
     base = e.chunk_off
-    n = int.from_bytes(model.heap[base + consts + 16:base + consts + 24], "little")
     root_type = model.heap[base + e.root_off + 8:base + e.root_off + 16]
-    out = []
-    for k in range(n):
-        slot = consts + 24 + 8 * k
-        t = internal_target(model, e, slot)
-        if t is not None and model.heap[base + t + 8:base + t + 16] == root_type:
-            out.append((slot, t))
-    return out
+    return [(slot, t) for slot, t in const_items(model, e, code_off)
+            if t is not None and model.heap[base + t + 8:base + t + 16] == root_type]
 
 
 # ---- mutations ---------------------------------------------------------------

@@ -386,14 +386,10 @@ class TestObjectFields:
         found = []
 
         def mutate(m, e):
-            base = e.chunk_off
-            consts = fuzz_archive.internal_target(m, e, e.root_off + lay["co_consts"])
-            n = int.from_bytes(m.heap[base + consts + 16:base + consts + 24], "little")
-            for k in range(n):
-                t = fuzz_archive.internal_target(m, e, consts + 24 + 8 * k)
+            for _, t in fuzz_archive.const_items(m, e, e.root_off):
                 if t is None:
                     continue
-                o = base + t
+                o = e.chunk_off + t
                 state = int.from_bytes(m.heap[o + lay["str.state"]:o + lay["str.state"] + 4],
                                        "little")
                 length = int.from_bytes(m.heap[o + 16:o + 24], "little")
@@ -448,10 +444,7 @@ def _point_a_constant_at(m, e, code, target):
     """Make a relocated co_consts item of the code object at chunk offset
     ``code`` other than its nested code objects (its str) point at chunk
     offset ``target``."""
-    lay = fuzz_archive.code_layout()
-    consts = fuzz_archive.internal_target(m, e, code + lay["co_consts"])
-    n = int.from_bytes(m.heap[e.chunk_off + consts + 16:e.chunk_off + consts + 24], "little")
-    slots = ({consts + 24 + 8 * k for k in range(n)}
+    slots = ({s for s, _ in fuzz_archive.const_items(m, e, code)}
              - {s for s, _ in fuzz_archive.nested_code(m, e, code)})
     for i, slot, kind in fuzz_archive._ptr_slots(m, e):
         if slot in slots:
