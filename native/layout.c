@@ -198,19 +198,62 @@ check_code_counts(PyCodeObject *co, int *nplain)
 #endif
 
 #if PY_VERSION_HEX < 0x030C0000
-/* 3.10 and 3.11's str: what only a process fills in must be empty, as
- * copy_str() leaves it: the interning state, the wchar_t and UTF-8
- * caches. */
+/* 3.10 and 3.11's PyUnicode_New (Objects/unicodeobject.c): a str whose code
+ * units are wchar_t-sized (the 4-byte kind, with Linux's 4-byte wchar_t)
+ * shares them as its wchar_t form: wstr = its data, wstr_length = its
+ * length.  unicode_copy_as_widechar() and unicode_get_widechar_size() read
+ * wstr first and _PyUnicode_CheckConsistency() requires it; with wstr NULL
+ * a non-BMP str reached the wchar_t API (ctypes, locale.strxfrm) as UTF-16
+ * halves.  Every other str starts with wstr NULL. */
+static int
+str_shares_wstr(PyObject *op)
+{
+    return !PyUnicode_IS_ASCII(op) && PyUnicode_KIND(op) == sizeof(wchar_t);
+}
+
+/* The str copy at heap offset off (of op) with the caches a process fills
+ * on demand as a fresh str has them: no UTF-8 form, and no wchar_t form
+ * but the shared one (a DATA relocation to the copy's own code units). */
+static int
+reset_str_caches(pycds_writer *w, PyObject *op, uint64_t off)
+{
+    PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, off);
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    a->wstr = NULL;
+    if (PyUnicode_IS_ASCII(op)) {
+        return PYCDS_OK;
+    }
+    PyCompactUnicodeObject *c = (PyCompactUnicodeObject *)a;
+    c->utf8 = NULL;
+    c->utf8_length = 0;
+    c->wstr_length = 0;
+    if (!str_shares_wstr(op)) {
+        return PYCDS_OK;
+    }
+    c->wstr_length = PyUnicode_GET_LENGTH(op);
+    _Py_COMP_DIAG_POP
+    return pycds_w_inner(w, off + offsetof(PyASCIIObject, wstr),
+                         off + sizeof(PyCompactUnicodeObject));
+}
+
+/* 3.10 and 3.11's str: what only a process fills in must be as
+ * reset_str_caches() leaves it: the interning state, the UTF-8 cache and
+ * the wchar_t form. */
 static int
 check_str(PyObject *op)
 {
     PyASCIIObject *a = (PyASCIIObject *)op;
+    int shares = str_shares_wstr(op);
+    const void *wstr = shares ? PyUnicode_DATA(op) : NULL;
+    Py_ssize_t wlen = shares ? PyUnicode_GET_LENGTH(op) : 0;
     _Py_COMP_DIAG_PUSH
     _Py_COMP_DIAG_IGNORE_DEPR_DECLS
-    if (a->wstr != NULL || a->state.interned != SSTATE_NOT_INTERNED
+    if ((const void *)a->wstr != wstr || a->state.interned != SSTATE_NOT_INTERNED
         || (!a->state.ascii
             && (((PyCompactUnicodeObject *)op)->utf8 != NULL
-                || ((PyCompactUnicodeObject *)op)->wstr_length != 0))) {
+                || ((PyCompactUnicodeObject *)op)->utf8_length != 0
+                || ((PyCompactUnicodeObject *)op)->wstr_length != wlen))) {
         return pycds_fail(PYCDS_E_CORRUPT, "str with per-process state");
     }
     _Py_COMP_DIAG_POP

@@ -28,7 +28,8 @@
  *      then tail; seeded with the archive's random id, so a chunk from
  *      another archive never passes);
  *   3. apply the relocations, bounds-checking each: INTERNAL/INTERN/FROZENSET
- *      turn a chunk offset into the address of its head or tail copy,
+ *      (and DATA, into an object) turn a chunk offset into the address of
+ *      its head or tail copy,
  *      EXTERNAL adds the image anchor's and must land inside the
  *      interpreter image;
  *   stage 2, holding the GIL, on the importing thread:
@@ -371,6 +372,15 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n)
             }
             v = (uint64_t)(uintptr_t)pycds_place_at(p, v);
             break;
+        case PYCDS_RELOC_DATA:
+            /* Into an object (a str's code units): a word of the chunk. */
+            if (v % 8 != 0 || v >= len) {
+                return pycds_fail(PYCDS_E_CORRUPT,
+                                  "relocation target %llu outside chunk",
+                                  (unsigned long long)v);
+            }
+            v = (uint64_t)(uintptr_t)pycds_place_at(p, v);
+            break;
         case PYCDS_RELOC_EXTERNAL:
             v = (uint64_t)(anchor + (uintptr_t)(int64_t)v);
             if (!pycds_image_contains((const void *)(uintptr_t)v, sizeof(PyObject))) {
@@ -452,7 +462,7 @@ fill_fixups(const pycds_place *p, const uint32_t *rel, pycds_fixups *f)
                               && (uintptr_t)t - (uintptr_t)p->tail < p->len - p->root_off;
             continue;
         }
-        if (kind == PYCDS_RELOC_EXTERNAL) {
+        if (kind == PYCDS_RELOC_EXTERNAL || kind == PYCDS_RELOC_DATA) {
             continue;
         }
         PyObject *target = *(PyObject **)pycds_place_at(p, e & ~(uint32_t)7u);

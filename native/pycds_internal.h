@@ -134,6 +134,10 @@ int pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth)
  * every internal target has room for an object header. */
 int pycds_w_raw(pycds_writer *w, uint64_t slot_off, const void *data,
                 size_t size);
+/* Store a reference to heap offset target_off, inside an object of the
+ * chunk being written (not the start of one), in the pointer slot at heap
+ * offset slot_off, recording its DATA relocation entry. */
+int pycds_w_inner(pycds_writer *w, uint64_t slot_off, uint64_t target_off);
 /* Nonzero if heap offset off is in the tail of the chunk being written
  * (writer.c: the module's code object, what only it reaches, and the
  * interned strings). */

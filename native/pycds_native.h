@@ -39,6 +39,9 @@
 #define PYCDS_RELOC_SINGLETON 4   /* INTERNAL to a copy of a value the interpreter
                                      shares (3.10: small int, empty or 1-char
                                      str, (), b''), then its shared instance */
+#define PYCDS_RELOC_DATA 5        /* slot holds a chunk offset inside an object,
+                                     not of one (3.10/3.11: a str's wstr, which
+                                     points at its own code units) */
 
 /* Mode values mirrored from pycds/_config.py. */
 #define PYCDS_MODE_OFF 0

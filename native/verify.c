@@ -204,13 +204,14 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
 }
 
 /* The pointer field at field (inside the chunk): must be a relocated slot
- * (not FROZENSET unless any type is allowed), then its target checked. */
+ * to an object (not DATA; not FROZENSET unless any type is allowed), then
+ * its target checked. */
 static int
 check_field(verifier *v, PyObject **field, PyTypeObject *want)
 {
     uint64_t off = pycds_place_off(v->p, field);
     uint8_t k = v->slot_kind[off / 8];
-    if (off % 8 != 0 || k == SLOT_NONE
+    if (off % 8 != 0 || k == SLOT_NONE || k == PYCDS_RELOC_DATA + 1
         || (want != NULL && k == PYCDS_RELOC_FROZENSET + 1)) {
         return pycds_fail(PYCDS_E_CORRUPT, "pointer at %llu was not relocated",
                           (unsigned long long)off);

@@ -10,6 +10,8 @@
  *     says which: 3.10's small ints, 1-char strs, empty singletons);
  *   - to a static object of the interpreter image: EXTERNAL (value = offset
  *     from the image anchor);
+ *   - into an object copied into the same chunk (3.10/3.11: a str's wstr,
+ *     which shares its code units): DATA (value = chunk offset);
  *   - to a frozenset: FROZENSET; the heap holds a tuple of its items and the
  *     load pass builds a fresh frozenset (its table depends on str hashes,
  *     which PYTHONHASHSEED changes per process).
@@ -274,6 +276,13 @@ pycds_w_raw(pycds_writer *w, uint64_t slot_off, const void *data, size_t size)
     memcpy(w->heap + off, data, size);
     store_slot(w, slot_off, off - w->chunk_start);
     return add_reloc(w, slot_off, PYCDS_RELOC_INTERNAL);
+}
+
+int
+pycds_w_inner(pycds_writer *w, uint64_t slot_off, uint64_t target_off)
+{
+    store_slot(w, slot_off, target_off - w->chunk_start);
+    return add_reloc(w, slot_off, PYCDS_RELOC_DATA);
 }
 
 int

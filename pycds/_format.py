@@ -27,7 +27,7 @@ import sys
 from _frozen_importlib_external import _RAW_MAGIC_NUMBER, SourceFileLoader
 
 MAGIC = b"PYCDS\x00ar"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 HEADER_SIZE = 256
 EMPTY = 0xFFFFFFFF
 PAGE = 4096

@@ -74,16 +74,10 @@ copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
     a->state.compact = compact;
     a->state.ascii = ascii;
     a->state.ready = ready;
-    _Py_COMP_DIAG_PUSH
-    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
-    a->wstr = NULL;
-    if (!PyUnicode_IS_ASCII(op)) {
-        PyCompactUnicodeObject *c = (PyCompactUnicodeObject *)a;
-        c->utf8 = NULL;
-        c->utf8_length = 0;
-        c->wstr_length = 0;
+    rc = reset_str_caches(w, op, *off);
+    if (rc) {
+        return rc;
     }
-    _Py_COMP_DIAG_POP
     return copy_type_slot(w, *off, op);
 }
 

@@ -1177,3 +1177,51 @@ class TestModes:
                        cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
         assert (r.rc, r.out) == (4, "x\n")
         assert len(r.warnings()) == 1 and "no archive was written" in r.warnings()[0], r
+
+
+class TestWideStrings:
+    """Archived strs reach the wchar_t C API as unmarshalled ones do (3.10
+    and 3.11 share a 4-byte-kind str's code units as its wstr; an archived
+    copy without it passed non-BMP text on as UTF-16 halves)."""
+
+    CONSTS = textwrap.dedent('''\
+        S4 = "\\U00010000\\U0010ffff"
+        MIXED = "UCS:\\xe9\\u20ac\\U0010ffff"
+        EMOJI = "x\\U0001f600y"
+        BMP = "\\u4e2d\\u6587"
+        LATIN = "caf\\xe9"
+        IDENT = "a non-BMP identifier"
+        NAMES = tuple(n for n in dir() if not n.startswith("_"))
+        ''')
+    APP = textwrap.dedent('''\
+        import ctypes, locale
+        import consts
+        for name in consts.NAMES:
+            s = getattr(consts, name)
+            if not isinstance(s, str):
+                continue
+            buf = ctypes.create_unicode_buffer(s)
+            print(name, ascii(buf[:]), ascii(buf.value), len(buf))
+            print(name, ascii(locale.strxfrm(s)), s.isidentifier())
+        print(ascii(consts.NAMES))
+        ''')
+
+    def test_non_bmp_constants_through_wchar_t(self, tmp_path):
+        # An identifier of a non-BMP letter (U+10000, LINEAR B SYLLABLE
+        # B008 A): an interned 4-byte-kind str.
+        src = self.CONSTS.replace("IDENT", "\U00010000")
+        (tmp_path / "consts.py").write_text(src, encoding="utf-8")
+        (tmp_path / "app.py").write_text(self.APP)
+        installed(tmp_path / "consts.py")
+        settle(tmp_path)
+        img = str(tmp_path / "app.img")
+        plain, dump, share = dump_and_share(["app.py"], tmp_path, img)
+        assert plain.rc == 0, plain
+        assert "'\\U00010000\\U0010ffff\\x00'" in plain.out, plain
+        assert (dump.rc, dump.out) == (plain.rc, plain.out), dump
+        assert (share.rc, share.out) == (plain.rc, plain.out), share
+        assert "consts" in share.served(), share
+        verified = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="SHARE",
+                              PYCDSARCHIVE=img, PYCDSVERIFY=1, PYCDSVERBOSE=1)
+        assert (verified.rc, verified.out) == (plain.rc, plain.out), verified
+        assert "consts" in verified.served(), verified
