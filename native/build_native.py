@@ -18,7 +18,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VERSION = "0.1.0"
 
 SOURCES = ["errors.c", "hash.c", "image.c", "layout.c", "writer.c", "loader.c",
-           "verify.c", "prefetch.c", "release.c", "file.c", "table.c"]
+           "verify.c", "prefetch.c", "release.c", "file.c", "table.c",
+           "descriptor.c"]
 HEADERS = ["pycds_native.h", "pycds_internal.h", "archive.h", "layout/layout_310.h",
            "layout/layout_311.h", "layout/layout_312.h"]
 

@@ -227,7 +227,9 @@ pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
         goto fail;
     }
     have_sync = 1;
-    a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    g = PyGILState_Ensure();
+    a->fd = pycds_fd_place(fd);
+    PyGILState_Release(g);
     if (a->fd < 0) {
         rc = pycds_fail(PYCDS_E_IO, "dup of archive fd failed: %s",
                         strerror(errno));
@@ -759,6 +761,16 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
 done:
     PyGILState_Release(g);
     return rc;
+}
+
+int
+pycds_archive_fd(pycds_archive *a, int *fd)
+{
+    if (a == NULL || fd == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "no archive");
+    }
+    *fd = a->fd;
+    return PYCDS_OK;
 }
 
 int

@@ -114,6 +114,13 @@ pycds_place_off(const pycds_place *p, const void *ptr)
            : p->root_off + (q - (uintptr_t)p->tail);
 }
 
+/* descriptor.c: a CLOEXEC duplicate of fd numbered past the program's
+ * RLIMIT_NOFILE where it can be, else as high as is free below
+ * min(limit, PYCDS_FD_CEILING); -1 with errno if no duplicate can be
+ * made.  GIL held (it may raise the limit for a moment). */
+#define PYCDS_FD_CEILING 4096
+int pycds_fd_place(int fd);
+
 /* verify.c: the deep structural check of a chunk whose relocations were
  * applied (loader.c runs it when the archive's verify flag is on).  GIL. */
 int pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n);

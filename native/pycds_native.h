@@ -108,7 +108,8 @@ int pycds_writer_heap(pycds_writer *w, const uint8_t **data, size_t *len);
 int pycds_writer_relocs(pycds_writer *w, const uint32_t **data, size_t *count);
 void pycds_writer_free(pycds_writer *w);
 
-/* Loader.  pycds_archive_open() dup()s fd (the caller keeps its own), reads
+/* Loader.  pycds_archive_open() dup()s fd (the caller keeps its own) to a
+ * number out of the program's way (descriptor.c), reads
  * and checks the chunk table (nmodules records at chunks_off, XXH64 with
  * the archive's seed equal to chunks_sum), reserves address space for the
  * heap and checks layout_id against this image.  The handle and its
@@ -145,6 +146,9 @@ int pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *releas
 /* PYCDS_RELEASE_OFF, _ON (the default) or _PROTECT (tests: PROT_NONE
  * instead of giving the pages back, so a stray access faults). */
 int pycds_archive_set_release(pycds_archive *a, int mode);
+/* The handle's own descriptor on the archive (which it closes), so that
+ * the caller can read through it and close its own. */
+int pycds_archive_fd(pycds_archive *a, int *fd);
 int pycds_archive_close(pycds_archive *a);
 
 #endif /* PYCDS_NATIVE_H */

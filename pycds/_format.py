@@ -19,6 +19,7 @@ module, in C, with XXH64.
 
 import _frozen_importlib_external as _bootstrap_external
 import _imp
+import errno
 import marshal
 import os
 import stat
@@ -461,9 +462,16 @@ class Index:
         self._key = header.archive_id
         self._table = None       # chunk table bytes, read by verify only
         self._file_id = file_id  # (st_dev, st_ino) of the file opened
+        self._owned = True       # self.fd is ours to close (see adopt)
 
     @classmethod
-    def open(cls, path, check_owner=True, check_interpreter=True):
+    def open(cls, path, check_owner=True, check_interpreter=True,
+             out_of_the_way=False):
+        """The archive at ``path``, its descriptor moved (with
+        ``out_of_the_way``, only while no other thread may open files: at
+        start-up) to the highest free number below the soft RLIMIT_NOFILE,
+        where the program's own descriptors do not reach (:func:`_move_high`).
+        Raises :class:`FormatError` (:class:`ForeignArchive`)."""
         try:
             # O_NONBLOCK: opening a FIFO (or a device) put at the archive
             # path must not block start-up; it is refused as not a regular
@@ -502,6 +510,8 @@ class Index:
             if len(buckets) != h.nbuckets * 8 or \
                     checksum(buckets, h.archive_id) != h.buckets_sum:
                 raise FormatError("bucket table checksum mismatch")
+            if out_of_the_way:
+                fd = _move_high(fd)
             return cls(path, fd, h, meta, buckets, foreign, (st.st_dev, st.st_ino))
         except FormatError:
             os.close(fd)
@@ -632,10 +642,53 @@ class Index:
             return True
         return self._file_id is not None and (st.st_dev, st.st_ino) != self._file_id
 
-    def close(self):
-        if self.fd >= 0:
+    def adopt(self, fd):
+        """Read through ``fd`` from now on, a descriptor on the same file
+        that its owner (the native handle) closes; this one's own is
+        closed."""
+        if self._owned and self.fd >= 0:
             os.close(self.fd)
-            self.fd = -1
+        self.fd = fd
+        self._owned = False
+
+    def close(self):
+        if self._owned and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+
+# Descriptors numbered up to here at most (native/descriptor.c's
+# PYCDS_FD_CEILING: the kernel sizes a descriptor table by its highest
+# number), and how many numbers below it are tried.
+FD_CEILING = 4096
+_FD_TRIES = 64
+
+
+def _move_high(fd):
+    """``fd``, or a non-inheritable duplicate of it at the highest free
+    number below min(soft RLIMIT_NOFILE, :data:`FD_CEILING`) that took its
+    place (the rule of native/descriptor.c, which goes past the limit where
+    it can).  Only where no other thread opens files: a number found free
+    must stay free until dup2 takes it."""
+    try:
+        top = os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        top = -1
+    top = FD_CEILING if top <= 0 else min(top, FD_CEILING)
+    for n in range(top - 1, max(fd, top - 1 - _FD_TRIES), -1):
+        try:
+            os.fstat(n)
+            continue              # taken
+        except OSError as e:
+            if e.errno != errno.EBADF:
+                continue
+        try:
+            os.dup2(fd, n, inheritable=False)
+        except OSError:
+            return fd
+        os.close(fd)
+        return n
+    return fd
 
 
 # Symbolic links followed before giving up (the kernel's limit, MAXSYMLINKS).

@@ -128,6 +128,9 @@ class NativeArchive:
         if release != 1:
             _check(lib.pycds_archive_set_release(self._a, release), "release mode")
         self._released = ffi.new("uint64_t *")
+        fd = ffi.new("int *")
+        _check(lib.pycds_archive_fd(self._a, fd), "fd")
+        self.fd = fd[0]    # the handle's own (it closes it)
 
     def load(self, entry):
         """Return the code object of ``entry`` (its ``number`` and ``name``:

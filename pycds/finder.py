@@ -178,6 +178,9 @@ class _Archive:
                         self.index.meta.get("layout", ""), self.verify,
                         PREFETCH_WINDOW if self.prefetch else 0,
                         self.release_mode)
+                    # One descriptor on the archive, out of the program's
+                    # way (native/descriptor.c).
+                    self.index.adopt(self._native.fd)
                 finally:
                     self._opener = None
             return self._native
@@ -237,8 +240,7 @@ class _Archive:
                 # PYCDS_E_NOMEM, PYCDS_E_PYTHON: this process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")
             elif self.index.fd_lost():
-                # (The native side reads through a duplicate of it;
-                # daemonizing code closes both.)
+                # (The index reads through the native side's descriptor.)
                 self.disable(_LOST_FD)
             else:
                 # PYCDS_E_CORRUPT, PYCDS_E_IO, PYCDS_E_ARG (an index entry
@@ -724,7 +726,7 @@ def install(config):
     if not session:
         session = os.environ[F.SHARE_SESSION_VAR] = F.interpreter_tag()
     try:
-        index = F.Index.open(config.archive)
+        index = F.Index.open(config.archive, out_of_the_way=True)
     except F.FormatError as e:
         if isinstance(e, F.ForeignArchive) and session != F.interpreter_tag():
             # A child run by another Python or with other flags (-O) was

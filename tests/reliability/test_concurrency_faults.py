@@ -465,6 +465,130 @@ class TestDescriptorsClosedByTheProgram:
                            "the program closed its file descriptor"), r
 
 
+class TestTheProgramsDescriptors:
+    """A SHARE process holds one descriptor on its archive, out of the
+    program's way: the program gets the numbers a plain run gets and may
+    open as many (CPython's test_subprocess test_pass_fds failed under
+    SHARE: its SHARE child held the archive at the lowest free number, which
+    the test expects closed; test_os's test_closerange found no two
+    consecutive free numbers)."""
+
+    # The open descriptors below SC_OPEN_MAX, as CPython's
+    # Lib/test/subprocessdata/fd_status.py lists them.
+    LISTED = textwrap.dedent("""\
+        import os
+        def listed():
+            out = []
+            for fd in range(os.sysconf("SC_OPEN_MAX")):
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    continue
+                out.append(fd)
+            return out
+        """)
+    # What the program sees: the numbers open() gives before and after its
+    # first archived import, what listed() lists, how many descriptors it
+    # may open, its limit.
+    APP = LISTED + textwrap.dedent("""\
+        import resource, sys
+        first = os.open(os.devnull, os.O_RDONLY)
+        import json, email.message, decimal
+        second = os.open(os.devnull, os.O_RDONLY)
+        os.close(first)
+        print("numbers", first, second, os.dup(second))
+        print("listed", listed())
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as e:
+            print("count", len(held), e.errno)
+        for fd in held:
+            os.close(fd)
+        print("limit", resource.getrlimit(resource.RLIMIT_NOFILE))
+        print(json.dumps({"k": [1, 2]}), decimal.Decimal("1.1") + 1)
+        """)
+
+    def _runs(self, tmp_path, soft, hard):
+        (tmp_path / "app.py").write_text(self.APP)
+        img = str(tmp_path / "a.img")
+
+        def limited():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+        def run(**env):
+            proc = subprocess.run([sys.executable, "app.py"], cwd=tmp_path,
+                                  env=clean_env(**env), capture_output=True,
+                                  text=True, timeout=120, preexec_fn=limited)
+            return Run(proc)
+        assert run(PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+        return run(), run(PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+
+    @pytest.mark.parametrize("soft", [256, 1024])
+    def test_below_the_hard_limit_nothing_differs(self, tmp_path, soft):
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard <= soft:
+            pytest.fail(f"the hard RLIMIT_NOFILE ({hard}) leaves no room for the test")
+        plain, share = self._runs(tmp_path, soft, hard)
+        assert plain.rc == 0 and "count" in plain.out, plain
+        assert (share.rc, share.out) == (plain.rc, plain.out), share
+        assert "json" in share.served() and not share.warnings(), share
+
+    def test_above_the_ceiling_the_low_numbers_are_the_programs(self, tmp_path):
+        # A soft limit past native/descriptor.c's ceiling (4096): the
+        # archive's descriptor is the highest free number below it.
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        soft = 8192
+        if hard != resource.RLIM_INFINITY and hard < soft:
+            pytest.fail(f"the hard RLIMIT_NOFILE ({hard}) is below {soft}")
+        plain, share = self._runs(tmp_path, soft, hard)
+        assert share.rc == plain.rc == 0, share
+        lines = dict(ln.split(" ", 1) for ln in share.out.splitlines()[:3])
+        want = dict(ln.split(" ", 1) for ln in plain.out.splitlines()[:3])
+        assert lines["numbers"] == want["numbers"], share
+        got, plain_fds = eval(lines["listed"]), eval(want["listed"])
+        assert [fd for fd in got if fd < 4000] == plain_fds, share
+        assert len(got) == len(plain_fds) + 1 and 4000 < got[-1] < 4096, share
+        # The one number taken below the limit is one descriptor fewer.
+        count, err = lines["count"].split()
+        assert (int(count) + 1, err) == tuple((int(want["count"].split()[0]),
+                                               want["count"].split()[1])), share
+        assert share.out.splitlines()[3:] == plain.out.splitlines()[3:], share
+        assert "json" in share.served(), share
+
+    def test_pass_fds_as_cpython_tests_it(self, tmp_path):
+        # test_subprocess.test_pass_fds: a SHARE child given one of ten
+        # inheritable descriptors has none of the other nine.
+        (tmp_path / "fd_status.py").write_text(
+            self.LISTED + 'import json\nprint(",".join(map(str, listed())))\n')
+        (tmp_path / "parent.py").write_text(textwrap.dedent("""\
+            import os, subprocess, sys
+            open_fds = set()
+            for _ in range(5):
+                fds = os.pipe()
+                for fd in fds:
+                    os.set_inheritable(fd, True)
+                open_fds.update(fds)
+            bad = 0
+            for fd in sorted(open_fds):
+                env = dict(os.environ, PYCDSMODE="SHARE", PYCDSARCHIVE=sys.argv[1])
+                out = subprocess.run([sys.executable, "fd_status.py"], close_fds=True,
+                                     pass_fds=(fd,), capture_output=True,
+                                     env=env).stdout
+                remaining = set(map(int, out.split(b",")))
+                bad += fd not in remaining or bool(remaining & (open_fds - {fd}))
+            print("bad", bad)
+            """))
+        img = str(tmp_path / "a.img")
+        assert run_python(["fd_status.py"], cwd=tmp_path, PYCDSMODE="DUMP",
+                          PYCDSARCHIVE=img).rc == 0
+        # The parent runs plain, as regrtest's worker did: its pipes take
+        # the lowest numbers, which a SHARE child used to take again.
+        r = run_python(["parent.py", img], cwd=tmp_path)
+        assert (r.rc, r.out) == (0, "bad 0\n"), r
+
+
 class TestAddressSpaceLimit:
     """RLIMIT_AS below what the imports need: the program fails as plain
     Python fails (MemoryError) or runs, never dies.  The read-ahead thread's
