@@ -348,6 +348,15 @@ pycds_layout_use_singleton(PyObject **slot)
 }
 #endif
 
+#ifndef PYCDS_LAYOUT_HAS_INTERN_RESERVE
+int
+pycds_layout_intern_reserve(uint64_t n)
+{
+    (void)n;
+    return PYCDS_OK;
+}
+#endif
+
 #ifndef PYCDS_LAYOUT_HAS_AFTER_LOAD
 /* Code objects of this layout carry no per-process state that init_code
  * sets (3.10, 3.11: the copy is complete as it is). */

@@ -536,7 +536,7 @@ fixup_objects(const pycds_place *p, const pycds_fixups *f)
     }
     /* Without memory for the memo, intern slot by slot: same result. */
     intern_memo *memo = f->nintern > 1 ? calloc(cap, sizeof(intern_memo)) : NULL;
-    int rc = PYCDS_OK;
+    int rc = pycds_layout_intern_reserve(f->nintern);
     /* Strings and shared instances first: a frozenset must be built from
      * the very objects a fresh unmarshal would give it. */
     for (uint64_t i = 0; rc == PYCDS_OK && i < f->nstr; i++) {

@@ -158,6 +158,10 @@ int pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off);
 int pycds_layout_str_interned(PyObject *op);
 /* Re-intern the str in *slot at load (replaces *slot). */
 int pycds_layout_intern(PyObject **slot);
+/* Before a load re-interns n strs: room for them in the interpreter's
+ * interned dict, made where a failure leaves it intact (3.13; layout.c's
+ * default does nothing).  GIL held. */
+int pycds_layout_intern_reserve(uint64_t n);
 /* Store in str op's hash cache what unicode_hash() would compute; op was
  * checked to fit in its chunk.  Pure: callable without the GIL. */
 void pycds_layout_str_prehash(PyObject *op);

@@ -71,6 +71,9 @@
 #include "internal/pycore_pystate.h"
 #include "internal/pycore_hashtable.h"
 #include "internal/pycore_runtime.h"
+#if PYCDS_313
+#  include "internal/pycore_dict.h"      /* PyDictKeysObject: dk_usable */
+#endif
 
 #if PYCDS_313
 #  define PYCDS_LAYOUT_NAME "cpython-3.13"
@@ -518,6 +521,55 @@ pycds_layout_intern(PyObject **slot)
     *slot = fresh;
     return PYCDS_OK;
 }
+
+#if PYCDS_313
+#define PYCDS_LAYOUT_HAS_INTERN_RESERVE 1
+
+/* 3.13's dict_setdefault_ref_lock_held (Objects/dictobject.c, 3.13.0)
+ * counts an entry it failed to insert: when the table must grow and the
+ * allocation fails, ma_used goes up all the same, and the next resize of
+ * that dict reads past its entries.  _PyUnicode_InternImmortal inserts
+ * with PyDict_SetDefaultRef, so one string failing to intern under memory
+ * pressure corrupted the interned dict and crashed the process later (any
+ * import's unmarshal).  Before a load interns n strings, the interned dict
+ * is given room for them through PyDict_SetItem, whose failure leaves the
+ * dict intact: the load then fails cleanly (the module is imported
+ * plainly) and no intern of the load grows the table. */
+int
+pycds_layout_intern_reserve(uint64_t n)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    PyObject *interned = _Py_INTERP_CACHED_OBJECT(interp, interned_strings);
+    if (interned == NULL || !PyDict_CheckExact(interned)
+        || ((PyDictObject *)interned)->ma_keys->dk_usable > (Py_ssize_t)n) {
+        return PYCDS_OK;
+    }
+    /* A str key, so that the dict keeps its unicode-keys form; a fresh
+     * object no interned string can be (lookups compare by value, and the
+     * GIL is held until it is gone again). */
+    PyObject *tmp = PyUnicode_FromString("\x01pycds: room for interned strings");
+    if (tmp == NULL) {
+        return pycds_fail_python("reserving room for interned strings");
+    }
+    int rc = PYCDS_OK;
+    int had = PyDict_Contains(interned, tmp);
+    /* Each insert takes one free entry until the table grows. */
+    while (rc == PYCDS_OK && had == 0
+           && ((PyDictObject *)interned)->ma_keys->dk_usable <= (Py_ssize_t)n) {
+        if (PyDict_SetItem(interned, tmp, tmp) < 0) {
+            rc = pycds_fail_python("reserving room for interned strings");
+        }
+        else if (PyDict_DelItem(interned, tmp) < 0) {
+            rc = pycds_fail_python("reserving room for interned strings");
+        }
+    }
+    if (had < 0) {
+        rc = pycds_fail_python("reserving room for interned strings");
+    }
+    Py_DECREF(tmp);
+    return rc;
+}
+#endif
 
 /* ---- per-process state of loaded code objects ------------------------ */
 
