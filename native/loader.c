@@ -550,15 +550,27 @@ fixup_objects(const pycds_place *p, const pycds_fixups *f)
         }
     }
     free(memo);
+    /* One frozenset per item tuple: the compiler shares an equal constant
+     * between code objects, and marshal gives every reference to it the
+     * same object. */
+    pycds_table built = {NULL, 0, 0};
     for (uint64_t i = f->nstr; rc == PYCDS_OK && i < f->nstr + f->nset; i++) {
         PyObject **slot = (PyObject **)pycds_place_at(p, f->fix[i] & ~(uint32_t)7u);
+        uint64_t made;
+        if (pycds_table_get(&built, *slot, &made)) {
+            *slot = Py_NewRef((PyObject *)(uintptr_t)made);
+            continue;
+        }
         /* New reference, owned by the archive for good. */
         PyObject *fs = PyFrozenSet_New(*slot);
         if (fs == NULL) {
-            return pycds_fail_python("rebuilding a frozenset");
+            rc = pycds_fail_python("rebuilding a frozenset");
+            break;
         }
+        rc = pycds_table_put(&built, *slot, (uint64_t)(uintptr_t)fs);
         *slot = fs;
     }
+    free(built.slots);
     return rc;
 }
 

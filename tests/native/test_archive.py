@@ -16,7 +16,10 @@ from pycds import _nativeapi as N
 from pycds import _writer as W
 from pycds.errors import NativeError
 
-from conftest import flip_bits
+from conftest import ROOT, flip_bits
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import twin_check as T  # noqa: E402  (scripts/ is not a package)
 
 TRICKY = r'''
 import math
@@ -60,26 +63,13 @@ RESULT = (löwe(), list(gen()), cl(2)(3), K().m())
 
 def archive_of(codes, tmp_path, name="t.img"):
     """Write ``codes`` (name -> code) into a real archive; return the Index
-    and a NativeArchive over it."""
-    seed = int.from_bytes(os.urandom(8), "little")
-    w = N.Writer(seed)
-    entries = []
-    for i, (modname, code) in enumerate(codes.items()):
-        c = w.add(code)
-        entries.append(F.ModuleEntry(i, modname, "/nonexistent.py", False, None,
-                                     0, 0, b"", None, 0, 0, 0, "default",
-                                     c.chunk_off, c.chunk_len, c.root_off,
-                                     c.reloc_first, c.reloc_count, c.checksum,
-                                     c.nobjects, None))
-    heap, relocs = w.heap(), w.relocs()
-    meta = F.meta_for_this_interpreter()
-    meta["layout"] = N.layout_id()
-    h, parts = W.layout(entries, len(heap), len(relocs) // 4, meta, seed)
-    parts = [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)]
-    path = str(tmp_path / name)
-    W.write_atomic(path, parts)
+    and a NativeArchive over it.  Raises NativeError where the writer
+    refuses a code object."""
+    path, refused = T.write_archive(codes.items(), str(tmp_path), name)
+    if refused:
+        raise NativeError("; ".join(refused.values()))
     index = F.Index.open(path)
-    return index, N.NativeArchive(index.fd, index.header, meta["layout"])
+    return index, N.NativeArchive(index.fd, index.header, N.layout_id())
 
 
 def all_codes(co):
