@@ -11,13 +11,14 @@
  * numbers open() and dup() hand out, not the descriptors a process holds
  * (fs/file.c: alloc_fd(), F_DUPFD's "arg >= rlimit" check), so a
  * descriptor numbered at the soft limit, made while the limit is one
- * higher, is outside every number and count the program is allowed.  That
- * needs a soft limit below the hard one (or the privilege to raise the
- * hard one) and no more than PYCDS_FD_CEILING (the kernel sizes a
- * process's descriptor table by its highest number).  Otherwise it takes
- * the highest free number below min(soft limit, PYCDS_FD_CEILING), as
- * pycds/_format.py does at start-up.  Callers hold the GIL, so that no
- * Python thread sees the limit raised or changes it meanwhile.
+ * higher, is outside every number and count the program is allowed, and
+ * outside a scan up to SC_OPEN_MAX (CPython's fd_status.py).  That needs a
+ * soft limit below the hard one (or the privilege to raise the hard one)
+ * and at most PYCDS_FD_PAST_MAX (the kernel sizes a process's descriptor
+ * table by its highest number).  Otherwise it takes the highest free number
+ * below min(soft limit, PYCDS_FD_CEILING).  Callers hold the GIL, so that
+ * no Python thread sees the limit raised or changes it meanwhile.  (Until
+ * the first archive hit, SHARE holds no descriptor: pycds/_format.py.)
  */
 #include "pycds_internal.h"
 
@@ -60,13 +61,16 @@ pycds_fd_place(int fd)
 {
     struct rlimit rl;
     int top = PYCDS_FD_CEILING;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-        && rl.rlim_cur <= PYCDS_FD_CEILING) {
-        int nfd = rl.rlim_cur > 3 ? dup_past_limit(fd, &rl) : -1;
-        if (nfd >= 0) {
-            return nfd;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        if (rl.rlim_cur > 3 && rl.rlim_cur <= PYCDS_FD_PAST_MAX) {
+            int nfd = dup_past_limit(fd, &rl);
+            if (nfd >= 0) {
+                return nfd;
+            }
         }
-        top = (int)rl.rlim_cur;
+        if (rl.rlim_cur < PYCDS_FD_CEILING) {
+            top = (int)rl.rlim_cur;
+        }
     }
     for (int n = top - 1; n >= 3 && n >= top - PLACE_TRIES; n--) {
         /* The lowest free number >= n: n itself where it is free. */

@@ -114,10 +114,11 @@ pycds_place_off(const pycds_place *p, const void *ptr)
            : p->root_off + (q - (uintptr_t)p->tail);
 }
 
-/* descriptor.c: a CLOEXEC duplicate of fd numbered past the program's
- * RLIMIT_NOFILE where it can be, else as high as is free below
- * min(limit, PYCDS_FD_CEILING); -1 with errno if no duplicate can be
- * made.  GIL held (it may raise the limit for a moment). */
+/* descriptor.c: a CLOEXEC duplicate of fd numbered at the program's soft
+ * RLIMIT_NOFILE where that is at most PYCDS_FD_PAST_MAX and may be raised
+ * for a moment, else as high as is free below min(limit,
+ * PYCDS_FD_CEILING); -1 with errno if no duplicate can be made.  GIL held. */
+#define PYCDS_FD_PAST_MAX 65536
 #define PYCDS_FD_CEILING 4096
 int pycds_fd_place(int fd);
 

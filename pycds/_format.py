@@ -19,7 +19,6 @@ module, in C, with XXH64.
 
 import _frozen_importlib_external as _bootstrap_external
 import _imp
-import errno
 import marshal
 import os
 import stat
@@ -463,15 +462,18 @@ class Index:
         self._table = None       # chunk table bytes, read by verify only
         self._file_id = file_id  # (st_dev, st_ino) of the file opened
         self._owned = True       # self.fd is ours to close (see adopt)
+        self._reopen = fd < 0    # the first read opens the file (open's
+                                 # out_of_the_way)
 
     @classmethod
     def open(cls, path, check_owner=True, check_interpreter=True,
              out_of_the_way=False):
-        """The archive at ``path``, its descriptor moved (with
-        ``out_of_the_way``, only while no other thread may open files: at
-        start-up) to the highest free number below the soft RLIMIT_NOFILE,
-        where the program's own descriptors do not reach (:func:`_move_high`).
-        Raises :class:`FormatError` (:class:`ForeignArchive`)."""
+        """The archive at ``path``.  With ``out_of_the_way`` (SHARE's
+        start-up) no descriptor is held once the header, meta block and
+        bucket table are read: the first entry read opens the file again
+        (:meth:`descriptor`), and the native handle then moves it out of
+        the program's way (native/descriptor.c; :meth:`adopt`).  Raises
+        :class:`FormatError` (:class:`ForeignArchive`)."""
         try:
             # O_NONBLOCK: opening a FIFO (or a device) put at the archive
             # path must not block start-up; it is refused as not a regular
@@ -511,7 +513,8 @@ class Index:
                     checksum(buckets, h.archive_id) != h.buckets_sum:
                 raise FormatError("bucket table checksum mismatch")
             if out_of_the_way:
-                fd = _move_high(fd)
+                os.close(fd)
+                fd = -1
             return cls(path, fd, h, meta, buckets, foreign, (st.st_dev, st.st_ino))
         except FormatError:
             os.close(fd)
@@ -550,14 +553,14 @@ class Index:
             return None
         # One pread covers most entries (a few hundred bytes); a longer
         # entry gets a second read for the rest.
-        head = os.pread(self.fd, min(_ENTRY_READ, h.entries_len - off),
+        head = os.pread(self.descriptor(), min(_ENTRY_READ, h.entries_len - off),
                         h.entries_off + off)
         length = int.from_bytes(head[:4], "little")
         if length < 12 or off + length > h.entries_len or len(head) < 12:
             return None
         payload = head[12:length]
         if len(head) < length:
-            payload += os.pread(self.fd, length - len(head),
+            payload += os.pread(self.descriptor(), length - len(head),
                                 h.entries_off + off + len(head))
         if checksum(payload, self._key) != int.from_bytes(head[4:12], "little"):
             return None
@@ -574,7 +577,7 @@ class Index:
         off = 0
         out = []
         while off + 12 <= h.entries_len:
-            length = int.from_bytes(os.pread(self.fd, 4, h.entries_off + off), "little")
+            length = int.from_bytes(os.pread(self.descriptor(), 4, h.entries_off + off), "little")
             entry = self._read_entry(off)
             if entry is None or length < 12:
                 raise FormatError(f"bad index entry at {off}")
@@ -589,8 +592,8 @@ class Index:
         module, as the loader does)."""
         from ._nativeapi import hash64
         h = self.header
-        chunk = os.pread(self.fd, entry.chunk_len, h.heap_off + entry.chunk_off)
-        relocs = os.pread(self.fd, 4 * entry.reloc_count,
+        chunk = os.pread(self.descriptor(), entry.chunk_len, h.heap_off + entry.chunk_off)
+        relocs = os.pread(self.descriptor(), 4 * entry.reloc_count,
                           h.reloc_off + 4 * entry.reloc_first)
         if len(chunk) != entry.chunk_len or len(relocs) != 4 * entry.reloc_count:
             return False
@@ -607,7 +610,7 @@ class Index:
         # The whole chunk table, read once (short if the file is).
         if self._table is None:
             h = self.header
-            self._table = os.pread(self.fd, h.nmodules * CHUNK_REC, h.chunks_off)
+            self._table = os.pread(self.descriptor(), h.nmodules * CHUNK_REC, h.chunks_off)
         return self._table
 
     def chunk_table_intact(self):
@@ -636,11 +639,42 @@ class Index:
         program closed it (daemonizing code closes every descriptor), and
         maybe opened another file under its number.  A read failing then
         says nothing about the archive.  Never raises."""
+        if self.fd < 0:
+            return False          # none held yet (or closed by pycds)
         try:
             st = os.fstat(self.fd)
         except (OSError, ValueError):
             return True
         return self._file_id is not None and (st.st_dev, st.st_ino) != self._file_id
+
+    def descriptor(self):
+        """The descriptor to read through; the first call of an index
+        opened ``out_of_the_way`` opens the file again.  Where the path
+        names another file by then (a dump renamed a new archive over it;
+        nothing was read from this one yet), that archive is taken, checked
+        as at start-up.  Raises :class:`FormatError`, or OSError where the
+        file cannot be opened."""
+        if self.fd >= 0:
+            return self.fd
+        if not self._reopen:
+            raise FormatError("archive closed")
+        self._reopen = False
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        if (st.st_dev, st.st_ino) == self._file_id:
+            self.fd, self._owned = fd, True
+            return fd
+        os.close(fd)
+        new = Index.open(self.path)
+        for name in ("foreign", "fd", "header", "meta", "_buckets", "_mask",
+                     "_key", "_file_id"):
+            setattr(self, name, getattr(new, name))
+        self._owned = True
+        return self.fd
 
     def adopt(self, fd):
         """Read through ``fd`` from now on, a descriptor on the same file
@@ -655,40 +689,6 @@ class Index:
         if self._owned and self.fd >= 0:
             os.close(self.fd)
         self.fd = -1
-
-
-# Descriptors numbered up to here at most (native/descriptor.c's
-# PYCDS_FD_CEILING: the kernel sizes a descriptor table by its highest
-# number), and how many numbers below it are tried.
-FD_CEILING = 4096
-_FD_TRIES = 64
-
-
-def _move_high(fd):
-    """``fd``, or a non-inheritable duplicate of it at the highest free
-    number below min(soft RLIMIT_NOFILE, :data:`FD_CEILING`) that took its
-    place (the rule of native/descriptor.c, which goes past the limit where
-    it can).  Only where no other thread opens files: a number found free
-    must stay free until dup2 takes it."""
-    try:
-        top = os.sysconf("SC_OPEN_MAX")
-    except (OSError, ValueError):
-        top = -1
-    top = FD_CEILING if top <= 0 else min(top, FD_CEILING)
-    for n in range(top - 1, max(fd, top - 1 - _FD_TRIES), -1):
-        try:
-            os.fstat(n)
-            continue              # taken
-        except OSError as e:
-            if e.errno != errno.EBADF:
-                continue
-        try:
-            os.dup2(fd, n, inheritable=False)
-        except OSError:
-            return fd
-        os.close(fd)
-        return n
-    return fd
 
 
 # Symbolic links followed before giving up (the kernel's limit, MAXSYMLINKS).

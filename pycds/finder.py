@@ -174,7 +174,7 @@ class _Archive:
                 try:
                     N = F.import_native(_startup_path)
                     self._native = N.NativeArchive(
-                        self.index.fd, self.index.header,
+                        self.index.descriptor(), self.index.header,
                         self.index.meta.get("layout", ""), self.verify,
                         PREFETCH_WINDOW if self.prefetch else 0,
                         self.release_mode)
@@ -190,6 +190,7 @@ class _Archive:
     def disable(self, reason, quiet=False):
         if not self.disabled:
             self.disabled = True
+            self.index.close()    # its own descriptor, if it holds one
             if quiet:
                 if _verbose:
                     _say(f"archive {self.path} not used: {reason}", 1)

@@ -302,6 +302,33 @@ class TestRoundTrip:
         else:
             assert singletons == 0
 
+    def test_a_4_byte_str_points_its_wstr_at_its_own_code_units(self):
+        # 3.10/3.11 (PyUnicode_New with a 4-byte wchar_t): one DATA slot per
+        # str of the 4-byte kind, the str's wstr, holding the chunk offset of
+        # its code units; no str of another kind has one, and 3.12+ none.
+        code = compile("X = ('\\U00010000\\U0010ffff', 'x\\U0001f600', '\\u4e2d', 'caf\\xe9')\n",
+                       "/v/w.py", "exec")
+        w = N.Writer(1)
+        c = w.add(code)
+        heap, relocs = bytes(w.heap()), bytes(w.relocs())
+        data = []
+        for i in range(c.reloc_first, c.reloc_first + c.reloc_count):
+            e = int.from_bytes(relocs[4 * i:4 * i + 4], "little")
+            if e & 7 == N.lib.PYCDS_RELOC_DATA:
+                slot = e & ~7
+                data.append((slot, int.from_bytes(heap[c.chunk_off + slot:][:8], "little")))
+        if sys.version_info >= (3, 12):
+            assert data == []
+            return
+        assert len(data) == 2
+        # wstr is PyASCIIObject's last field; the code units follow
+        # PyCompactUnicodeObject (sys.getsizeof of a 4-byte str of length
+        # n is its size plus 4 (n + 1)).
+        compact = sys.getsizeof("\U00010000") - 8
+        wstr_at = sys.getsizeof("a") - 2 - 8
+        for slot, target in data:
+            assert target == slot - wstr_at + compact
+
 
 def unmarshal_over(data, fill):
     """``marshal.loads(data)`` into memory that last held ``fill`` bytes:
