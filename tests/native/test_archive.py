@@ -72,6 +72,18 @@ def archive_of(codes, tmp_path, name="t.img"):
     return index, N.NativeArchive(index.fd, index.header, N.layout_id())
 
 
+def slots_of(code):
+    """``(slot, kind, 8 bytes the slot holds)`` of each relocation entry of
+    ``code``'s chunk as the writer leaves it (slot: chunk offset)."""
+    w = N.Writer(1)
+    c = w.add(code)
+    heap, relocs = bytes(w.heap()), bytes(w.relocs())
+    for i in range(c.reloc_first, c.reloc_first + c.reloc_count):
+        e = int.from_bytes(relocs[4 * i:4 * i + 4], "little")
+        at = c.chunk_off + (e & ~7)
+        yield e & ~7, e & 7, heap[at:at + 8]
+
+
 def all_codes(co):
     yield co
     for c in co.co_consts:
@@ -281,16 +293,11 @@ class TestRoundTrip:
         # SINGLETON; on 3.11+ those are static too, so there is none.
         code = compile("X = (None, True, False, ..., 1.5, 'abc', 7, b'', ())\n",
                        "/v/e.py", "exec")
-        w = N.Writer(1)
-        c = w.add(code)
-        heap, relocs = bytes(w.heap()), bytes(w.relocs())
         external, kinds = set(), []
-        for i in range(c.reloc_first, c.reloc_first + c.reloc_count):
-            e = int.from_bytes(relocs[4 * i:4 * i + 4], "little")
-            slot, kind = c.chunk_off + (e & ~7), e & 7
+        for slot, kind, value in slots_of(code):
             kinds.append(kind)
             if kind == N.lib.PYCDS_RELOC_EXTERNAL:
-                delta = int.from_bytes(heap[slot:slot + 8], "little", signed=True)
+                delta = int.from_bytes(value, "little", signed=True)
                 external.add(id(None) + delta)      # the anchor: &_Py_NoneStruct
         statics = {id(o) for o in (None, True, False, ..., int, float, str, bytes,
                                    tuple, types.CodeType)}
@@ -308,15 +315,8 @@ class TestRoundTrip:
         # its code units; no str of another kind has one, and 3.12+ none.
         code = compile("X = ('\\U00010000\\U0010ffff', 'x\\U0001f600', '\\u4e2d', 'caf\\xe9')\n",
                        "/v/w.py", "exec")
-        w = N.Writer(1)
-        c = w.add(code)
-        heap, relocs = bytes(w.heap()), bytes(w.relocs())
-        data = []
-        for i in range(c.reloc_first, c.reloc_first + c.reloc_count):
-            e = int.from_bytes(relocs[4 * i:4 * i + 4], "little")
-            if e & 7 == N.lib.PYCDS_RELOC_DATA:
-                slot = e & ~7
-                data.append((slot, int.from_bytes(heap[c.chunk_off + slot:][:8], "little")))
+        data = [(slot, int.from_bytes(value, "little"))
+                for slot, kind, value in slots_of(code) if kind == N.lib.PYCDS_RELOC_DATA]
         if sys.version_info >= (3, 12):
             assert data == []
             return
