@@ -14,6 +14,8 @@
 #  include "internal/pycore_pyhash.h"    /* _Py_HashBytes */
 #endif
 
+#include "marshal.h"                     /* PyMarshal_WriteObjectToString */
+
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +28,74 @@ pycds_layout_str_prehash(PyObject *op)
 {
     ((PyASCIIObject *)op)->hash = _Py_HashBytes(
         PyUnicode_DATA(op), PyUnicode_GET_LENGTH(op) * PyUnicode_KIND(op));
+}
+
+/* The items of frozenset op in the order unmarshal adds them (r_object in
+ * Python/marshal.c), that is in the order w_complex_object wrote them.
+ * 3.11+ writes them sorted by each item's own marshalled bytes, whose first
+ * byte carries FLAG_REF where w_ref() takes the item for shared: an interned
+ * str, or one with more than one reference.  3.11/3.12 iterate the set with
+ * borrowed references, so an item only the set holds is written without the
+ * flag; 3.13 iterates with new ones (_PySet_NextEntryRef): always flagged.
+ * 3.10 writes them in the writing process's iteration order, which is not
+ * known here: the dump's own (docs/importer-compliance.md). */
+PyObject *
+pycds_layout_frozenset_items(PyObject *op)
+{
+    PyObject *items = PySequence_Tuple(op);   /* one more reference each */
+#if PY_VERSION_HEX >= 0x030B0000
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    PyObject *pairs = PyList_New(n), *sorted = NULL;
+    if (pairs == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        PyObject *dump = PyMarshal_WriteObjectToString(item, Py_MARSHAL_VERSION);
+        if (dump == NULL) {
+            goto done;
+        }
+#  if PY_VERSION_HEX < 0x030D0000
+        /* Held by the set and by items only: the writer saw one reference. */
+        if (Py_REFCNT(item) == 2 && PyBytes_GET_SIZE(dump) > 0
+            && !(PyUnicode_CheckExact(item) && PyUnicode_CHECK_INTERNED(item))) {
+            PyObject *bare = PyBytes_FromStringAndSize(PyBytes_AS_STRING(dump),
+                                                       PyBytes_GET_SIZE(dump));
+            Py_DECREF(dump);
+            if (bare == NULL) {
+                goto done;
+            }
+            PyBytes_AS_STRING(bare)[0] &= (char)0x7f;     /* FLAG_REF */
+            dump = bare;
+        }
+#  endif
+        PyObject *pair = PyTuple_Pack(2, dump, item);
+        Py_DECREF(dump);
+        if (pair == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(pairs, i, pair);
+    }
+    if (PyList_Sort(pairs) < 0) {
+        goto done;
+    }
+    sorted = PyTuple_New(n);
+    if (sorted != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyTuple_GET_ITEM(PyList_GET_ITEM(pairs, i), 1);
+            PyTuple_SET_ITEM(sorted, i, Py_NewRef(item));
+        }
+    }
+done:
+    Py_XDECREF(pairs);
+    Py_DECREF(items);
+    return sorted;
+#else
+    return items;
+#endif
 }
 
 /* Reserve size bytes (plus a zeroed GC header for GC types) and copy the

@@ -155,6 +155,10 @@ int pycds_w_in_tail(pycds_writer *w, uint64_t off);
 /* Copy op (an exact instance of a supported type, not static) into the
  * heap; *off receives the offset of the PyObject (after any GC header). */
 int pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off);
+/* A new tuple of frozenset op's items in the order unmarshal of a .pyc
+ * adds them (3.11+; 3.10: op's iteration order), or NULL with an
+ * exception.  GIL held. */
+PyObject *pycds_layout_frozenset_items(PyObject *op);
 /* Nonzero if str op is interned and must be re-interned at load. */
 int pycds_layout_str_interned(PyObject *op);
 /* Re-intern the str in *slot at load (replaces *slot). */

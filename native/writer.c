@@ -200,8 +200,9 @@ copy_object(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     }
     int rc;
     if (PyFrozenSet_CheckExact(op)) {
-        /* The heap holds a tuple of the items; FROZENSET rebuilds it. */
-        PyObject *items = PySequence_Tuple(op);
+        /* The heap holds a tuple of the items, in the order unmarshal
+         * adds them; FROZENSET rebuilds it. */
+        PyObject *items = pycds_layout_frozenset_items(op);
         if (items == NULL) {
             return pycds_fail_python("frozenset items");
         }

@@ -72,7 +72,12 @@
 #include "internal/pycore_hashtable.h"
 #include "internal/pycore_runtime.h"
 #if PYCDS_313
-#  include "internal/pycore_dict.h"      /* PyDictKeysObject: dk_usable */
+/* PyDictKeysObject: dk_usable.  (Its pycore_object.h has an unused
+ * parameter under -Wextra: not ours to fix.) */
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wunused-parameter"
+#  include "internal/pycore_dict.h"
+#  pragma GCC diagnostic pop
 #endif
 
 #if PYCDS_313
