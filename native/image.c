@@ -29,7 +29,6 @@ static struct {
     uintptr_t lo[MAX_SEGMENTS];
     uintptr_t hi[MAX_SEGMENTS];
     char build_id[2 * 64 + 1];
-    char path[1024];
 } image;
 
 static void
@@ -87,9 +86,6 @@ find_image(struct dl_phdr_info *info, size_t size, void *data)
             read_build_id(info, ph);
         }
     }
-    snprintf(image.path, sizeof(image.path), "%s",
-             info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name
-                                                   : "(main program)");
     return 1;
 }
 
@@ -147,12 +143,6 @@ const char *
 pycds_image_build_id(void)
 {
     return image.build_id;
-}
-
-const char *
-pycds_image_path(void)
-{
-    return image.path;
 }
 
 int

@@ -67,7 +67,6 @@ int pycds_image_init(void);
 int pycds_image_contains(const void *p, size_t size);
 uintptr_t pycds_image_anchor(void);
 const char *pycds_image_build_id(void);   /* hex, or "" if none */
-const char *pycds_image_path(void);
 
 /* Where a loaded module's chunk lives.  Its head (chunk bytes [0, root_off):
  * function code and what it may keep alive) and its tail ([root_off, len):

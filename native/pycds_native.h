@@ -19,6 +19,7 @@
 
 /* Status codes. */
 #define PYCDS_OK 0
+/* Mirrored as pycds._format.E_*. */
 #define PYCDS_E_NOMEM (-1)        /* an allocation failed */
 #define PYCDS_E_UNSUPPORTED (-2)  /* an object the archive cannot hold */
 #define PYCDS_E_TOODEEP (-3)      /* constants nested deeper than the limit */
@@ -42,12 +43,6 @@
 #define PYCDS_RELOC_DATA 5        /* slot holds a chunk offset inside an object,
                                      not of one (3.10/3.11: a str's wstr, which
                                      points at its own code units) */
-
-/* Mode values mirrored from pycds/_config.py. */
-#define PYCDS_MODE_OFF 0
-#define PYCDS_MODE_TRACE 1
-#define PYCDS_MODE_DUMP 2
-#define PYCDS_MODE_SHARE 3
 
 /* What pycds_writer_add() reports about one module's chunk. */
 typedef struct {

@@ -93,6 +93,19 @@ _BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
 # Raised by whatever code runs when the program's stack or memory runs out.
 PROGRAM_STATE_ERRORS = (RecursionError, MemoryError)
 
+# The native module's status codes (PYCDS_E_* in native/pycds_native.h;
+# tests/native/test_archive.py checks them against the built module).
+E_NOMEM = -1        # out of memory
+E_UNSUPPORTED = -2  # an object no archive can hold
+E_TOODEEP = -3      # constants nested too deep
+E_TOOBIG = -4       # a module's objects exceed 4 GiB
+E_IO = -5           # a read or map of the archive failed
+E_CORRUPT = -6      # a checksum or bounds check failed
+E_FOREIGN = -7      # made by another interpreter build
+E_STATE = -8        # the module failed before, or is being loaded
+E_ARG = -9          # an argument out of range
+E_PYTHON = -10      # a Python C-API call failed
+
 # Bound at import, as importlib binds posix.stat: a program that replaces
 # os.stat (mock.patch) changes neither what plain import sees nor this.
 _stat = os.stat

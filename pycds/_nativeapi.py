@@ -7,6 +7,7 @@ with the C side's message.
 """
 
 from . import __version__
+from ._format import E_CORRUPT as _E_CORRUPT
 
 try:
     from ._native import ffi, lib
@@ -141,7 +142,7 @@ class NativeArchive:
             # (cffi would say "can't convert negative number to unsigned")
             from .errors import NativeError
             raise NativeError(f"load {entry.name}: archive data is corrupt: module number "
-                              f"{number!r} out of range", code=-6)   # PYCDS_E_CORRUPT
+                              f"{number!r} out of range", code=_E_CORRUPT)
         out = []
         _check(lib.pycds_archive_load(self._a, number, id(out)), f"load {entry.name}")
         return out[0]

@@ -233,12 +233,12 @@ class _Archive:
                 # state are the main interpreter's), and that is no fault.
                 self.disable(str(e), quiet=isinstance(e, ImportError)
                              and "subinterpreter" in str(e))
-            elif code == -8:
-                # PYCDS_E_STATE: failed before (said then), or being loaded
+            elif code == F.E_STATE:
+                # Failed before (said then), or being loaded
                 # by a stage 2 that ran Python code (native/archive.h).
                 _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
-            elif code in (-1, -10):
-                # PYCDS_E_NOMEM, PYCDS_E_PYTHON: this process, not the file.
+            elif code in (F.E_NOMEM, F.E_PYTHON):
+                # This process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")
             elif self.index.fd_lost():
                 # (The index reads through the native side's descriptor.)

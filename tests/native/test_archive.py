@@ -485,3 +485,11 @@ class TestWriteAtomic:
             want[off:off + len(data)] = data
         assert got == (want if length is None else want[:length])
         assert sorted(os.listdir(tmp_path)) == ["a.img"]
+
+
+def test_status_codes_are_the_native_modules():
+    # pycds._format mirrors PYCDS_E_* of native/pycds_native.h.
+    names = [n for n in dir(N.lib) if n.startswith("PYCDS_E_")]
+    assert len(names) == 10
+    for name in names:
+        assert getattr(F, name[len("PYCDS_"):]) == getattr(N.lib, name), name
