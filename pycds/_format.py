@@ -566,15 +566,14 @@ class Index:
             return None
         # One pread covers most entries (a few hundred bytes); a longer
         # entry gets a second read for the rest.
-        head = os.pread(self.descriptor(), min(_ENTRY_READ, h.entries_len - off),
-                        h.entries_off + off)
+        fd = self.fd if self.fd >= 0 else self.descriptor()
+        head = os.pread(fd, min(_ENTRY_READ, h.entries_len - off), h.entries_off + off)
         length = int.from_bytes(head[:4], "little")
         if length < 12 or off + length > h.entries_len or len(head) < 12:
             return None
         payload = head[12:length]
         if len(head) < length:
-            payload += os.pread(self.descriptor(), length - len(head),
-                                h.entries_off + off + len(head))
+            payload += os.pread(fd, length - len(head), h.entries_off + off + len(head))
         if checksum(payload, self._key) != int.from_bytes(head[4:12], "little"):
             return None
         try:
@@ -682,11 +681,7 @@ class Index:
             self.fd, self._owned = fd, True
             return fd
         os.close(fd)
-        new = Index.open(self.path)
-        for name in ("foreign", "fd", "header", "meta", "_buckets", "_mask",
-                     "_key", "_file_id"):
-            setattr(self, name, getattr(new, name))
-        self._owned = True
+        vars(self).update(vars(Index.open(self.path)))
         return self.fd
 
     def adopt(self, fd):

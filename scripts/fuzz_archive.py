@@ -54,10 +54,10 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 
+import cprobe
 from pycds import _format as F
 from pycds import _writer as W
 from pycds import _nativeapi as N
@@ -264,17 +264,7 @@ def code_layout():
               'printf("str.utf8 %zu\\n", offsetof(PyCompactUnicodeObject, utf8));']
     src = ("#include <Python.h>\n#include <stddef.h>\n#include <stdio.h>\n"
            "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    with tempfile.TemporaryDirectory() as d:
-        c, exe = os.path.join(d, "off.c"), os.path.join(d, "off")
-        with open(c, "w") as f:
-            f.write(src)
-        try:
-            subprocess.run([*cc, "-I", sysconfig.get_paths()["include"], c, "-o", exe],
-                           check=True, capture_output=True, text=True)
-            out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
-        except (OSError, subprocess.CalledProcessError) as e:
-            raise RuntimeError(f"cannot read the object layout: {e}") from None
+    out = cprobe.run(src)
     _layout = {k: int(v) for k, v in (ln.split() for ln in out.splitlines())}
     return _layout
 

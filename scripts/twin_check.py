@@ -45,6 +45,7 @@ import sysconfig
 import tempfile
 import warnings
 
+import cprobe  # noqa: E402  (scripts/, beside this file)
 from pycds import _format as F
 from pycds import _nativeapi as N
 from pycds import _writer as W
@@ -244,23 +245,6 @@ def _probe_source():
             "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
 
 
-def _run_probe(src):
-    """Compile and run ``src`` against this interpreter's headers; return
-    its output.  Raises RuntimeError without a working C compiler."""
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    with tempfile.TemporaryDirectory() as d:
-        c, exe = os.path.join(d, "probe.c"), os.path.join(d, "probe")
-        with open(c, "w") as f:
-            f.write(src)
-        try:
-            subprocess.run([*cc, "-Wall", "-Wextra", "-I", sysconfig.get_paths()["include"],
-                            c, "-o", exe], check=True, capture_output=True, text=True)
-            return subprocess.run([exe], check=True, capture_output=True,
-                                  text=True).stdout
-        except (OSError, subprocess.CalledProcessError) as e:
-            detail = getattr(e, "stderr", "") or ""
-            raise RuntimeError(f"cannot read the object layout: {e}\n{detail}") from None
-
 
 def _check_coverage(lay):
     """Raise RuntimeError unless the fields of ``lay`` cover every byte of
@@ -287,7 +271,7 @@ def layouts():
         return _layouts
     sizes, fields, masks, consts = {}, collections.defaultdict(list), {}, {}
     kinds = {s: dict(fs) for s, fs in LAYOUT_FIELDS.items()}
-    for line in _run_probe(_probe_source()).splitlines():
+    for line in cprobe.run(_probe_source()).splitlines():
         tag, *rest = line.split()
         if tag == "S":
             sizes[rest[0]] = (int(rest[1]), int(rest[2]))
