@@ -30,8 +30,8 @@ def _start():
     A second call is a no-op.
 
     It lives in the package itself, as does the rest of start-up's glue:
-    every module imported at start-up costs a SHARE process ~0.1 ms of
-    finding, reading and unmarshalling before anything is served."""
+    every module imported at start-up is found, read and unmarshalled
+    before anything is served."""
     global _started
     if _started:
         return None

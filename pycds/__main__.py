@@ -21,15 +21,15 @@ import datetime
 import os
 import sys
 
-from . import _config
-from . import _format as F
+from . import _archive, _config, _pyc
+from .errors import ArchiveFormatError
 
 
 def _open(path, check_interpreter=True):
     try:
-        return F.Index.open(path, check_owner=False,
+        return _archive.Index.open(path, check_owner=False,
                             check_interpreter=check_interpreter)
-    except F.FormatError as e:
+    except ArchiveFormatError as e:
         print(f"pycds: {path}: {e}", file=sys.stderr)
         raise SystemExit(2)
 
@@ -39,7 +39,7 @@ def cmd_info(args):
     h, meta = index.header, index.meta
     try:
         entries = index.entries()
-    except F.FormatError as e:
+    except ArchiveFormatError as e:
         print(f"pycds: {args.archive}: {e}", file=sys.stderr)
         return 2
     created = datetime.datetime.fromtimestamp(h.created_ns / 1e9).isoformat(" ", "seconds")
@@ -55,7 +55,7 @@ def cmd_info(args):
     print(f"modules:      {h.nmodules}")
     print(f"heap:         {h.heap_len} bytes")
     print(f"relocations:  {h.reloc_count} entries ({4 * h.reloc_count} bytes)")
-    print(f"chunk table:  {h.nmodules * F.CHUNK_REC} bytes")
+    print(f"chunk table:  {h.nmodules * _archive.CHUNK_REC} bytes")
     print(f"file:         {h.file_len} bytes")
     if args.quiet:
         return 0
@@ -67,11 +67,10 @@ def cmd_info(args):
 
 
 def cmd_verify(args):
-    from .finder import _stale
     index = _open(args.archive)
     try:
         entries = index.entries()
-    except F.FormatError as e:
+    except ArchiveFormatError as e:
         print(f"pycds: {args.archive}: {e}", file=sys.stderr)
         return 2
     stale = damaged = 0
@@ -85,7 +84,7 @@ def cmd_verify(args):
         if not index.chunk_intact(e):
             damaged += 1
             print(f"{e.name}: archived data fails its checksum")
-        reason = _stale(e, args.check, _cached(e.origin))
+        reason = _pyc.stale(e, args.check, _cached(e.origin))
         if reason is not None:
             stale += 1
             print(f"{e.name}: {reason} ({e.origin})")
@@ -109,8 +108,8 @@ def _cached(origin):
 def _share_refusal(path):
     """Why SHARE would refuse the file (ownership, permissions), or None."""
     try:
-        F.Index.open(path).close()
-    except F.FormatError as e:
+        _archive.Index.open(path).close()
+    except ArchiveFormatError as e:
         return str(e)
     return None
 

@@ -11,7 +11,7 @@ functions outlived its import: their code objects are held by more than the
 ``co_consts`` tuple (native/writer.c, ``predicted_dead``).
 
 Code that ran while the program had replaced part of the stock loader
-(``pycds._format.loader_patched``: an import hook rewriting code in
+(``pycds._pyc.loader_patched``: an import hook rewriting code in
 ``source_to_code``) is not what the stock loader makes: it is not kept.
 
 The hook calls nothing that raises an audit event of its own (no frame
@@ -40,7 +40,7 @@ from _weakref import ref
 from os import stat
 from time import time_ns
 
-from ._format import loader_patched
+from ._pyc import loader_patched
 
 __all__ = ["install", "active", "preloaded", "stop", "ran", "stat_key",
            "SETTLED_NS"]

@@ -7,7 +7,7 @@ with the C side's message.
 """
 
 from . import __version__
-from ._format import E_CORRUPT as _E_CORRUPT
+from .errors import E_CORRUPT, NativeError
 
 try:
     from ._native import ffi, lib
@@ -33,9 +33,6 @@ def _check(rc, what):
     if rc != 0:
         reason = ffi.string(lib.pycds_strerror(rc)).decode()
         detail = ffi.string(lib.pycds_last_error()).decode("utf-8", "replace")
-        # Imported here: errors are rare, and this module is loaded on the
-        # first archive hit of every SHARE process.
-        from .errors import NativeError
         raise NativeError(f"{what}: {reason}: {detail}", code=rc)
 
 
@@ -135,14 +132,13 @@ class NativeArchive:
 
     def load(self, entry):
         """Return the code object of ``entry`` (its ``number`` and ``name``:
-        a pycds._format.ModuleEntry, or the finder's _ChunkRef).
+        a pycds._archive.ModuleEntry, or the finder's _ChunkRef).
         Raises NativeError if the chunk is corrupt or fails its fix-ups."""
         number = entry.number
         if type(number) is not int or not 0 <= number < 1 << 32:
             # (cffi would say "can't convert negative number to unsigned")
-            from .errors import NativeError
             raise NativeError(f"load {entry.name}: archive data is corrupt: module number "
-                              f"{number!r} out of range", code=_E_CORRUPT)
+                              f"{number!r} out of range", code=E_CORRUPT)
         out = []
         _check(lib.pycds_archive_load(self._a, number, id(out)), f"load {entry.name}")
         return out[0]

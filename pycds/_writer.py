@@ -1,4 +1,4 @@
-"""Assembling an archive file and writing it atomically.
+"""Writing an archive file atomically (its bytes laid out by pycds._archive).
 
 The file is written to an unnamed temporary file (``O_TMPFILE``) in the
 target's directory, linked under a temporary name and renamed over the
@@ -17,117 +17,15 @@ writes (``_write_atomic`` in importlib._bootstrap_external): an archive is
 a cache whose every part is checksummed with keys unique to that archive,
 so what a power loss can leave behind -- no file, an empty or partly
 written one -- is refused at its next use (one warning, plain import) and
-replaced by the next dump.  The two syncs (file, directory) cost 2 to 12 ms
-here, most of the extra time of a DUMP run of a small program.
+replaced by the next dump.
 """
 
 import errno
-import marshal
 import os
 import stat
-import sys
 import time
 
-from . import _format as F
-
 _TMP_MARK = ".pycds-tmp."
-_ORDER = sys.byteorder
-_ZERO4 = bytes(4)
-
-
-def chunk_table(entries, archive_id, strict=True):
-    """The chunk table of ``entries`` (record i describes ``entries[i]``)
-    and its checksum.  Raises ValueError if the entries are not numbered
-    0..n-1 with their chunks in increasing heap order; with ``strict=False``
-    (for tests that write damaged archives) values are stored as given,
-    truncated to their fields' widths."""
-    from ._nativeapi import hash64
-    recs = []
-    end = 0
-    m32, m64 = (1 << 32) - 1, (1 << 64) - 1
-    for i, e in enumerate(entries):
-        if strict and (e.number != i or e.chunk_off < end or e.chunk_len > m32
-                       or e.root_off > m32 or e.reloc_count > m32):
-            raise ValueError(f"module entry {i} ({e.name}) out of order")
-        end = e.chunk_off + e.chunk_len
-        # struct.pack("=QIIQIIQ", ...): native byte order, the C loader
-        # reads the records as structs (struct itself is not imported: the
-        # dump of a small program pays ~0.3 ms for it)
-        recs += [(e.chunk_off & m64).to_bytes(8, _ORDER),
-                 (e.chunk_len & m32).to_bytes(4, _ORDER),
-                 (e.root_off & m32).to_bytes(4, _ORDER),
-                 (e.reloc_first & m64).to_bytes(8, _ORDER),
-                 (e.reloc_count & m32).to_bytes(4, _ORDER), _ZERO4,
-                 (e.chunk_sum & m64).to_bytes(8, _ORDER)]
-    table = b"".join(recs)
-    return table, hash64(table, archive_id)
-
-
-def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
-           strict=True):
-    """Lay out an archive.  Returns ``(header, parts)`` where ``parts`` is a
-    list of ``(offset, bytes)`` for meta, buckets, entries and the chunk
-    table; the heap and relocations go at ``header.heap_off`` /
-    ``header.reloc_off``.  Needs the native module (the chunk table's
-    checksum is XXH64).  ``strict``: see :func:`chunk_table`."""
-    n = len(entries)
-    nbuckets = 8
-    while nbuckets < 2 * n:
-        nbuckets *= 2
-    meta_b = marshal.dumps(meta)
-    blobs = []
-    offsets = []
-    pos = 0
-    for e in entries:
-        payload = marshal.dumps(e.to_tuple())
-        rec = (len(payload) + 12).to_bytes(4, "little") + \
-            F.checksum(payload, archive_id).to_bytes(8, "little") + payload
-        offsets.append(pos)
-        blobs.append(rec)
-        pos += len(rec)
-    entries_b = b"".join(blobs)
-    buckets = bytearray(b"\xff" * (nbuckets * 8))
-    mask = nbuckets - 1
-    for e, off in zip(entries, offsets):
-        h = F.name_hash(e.name)
-        i = h & mask
-        while buckets[i * 8 + 4:i * 8 + 8] != b"\xff\xff\xff\xff":
-            i = (i + 1) & mask
-        buckets[i * 8:i * 8 + 4] = (h >> 32).to_bytes(4, "little")
-        buckets[i * 8 + 4:i * 8 + 8] = off.to_bytes(4, "little")
-    buckets = bytes(buckets)
-
-    h = F.Header()
-    h.magic = F.MAGIC
-    h.format = F.FORMAT_VERSION
-    h.header_size = F.HEADER_SIZE
-    h.archive_id = archive_id
-    h.created_ns = time.time_ns()
-    h.nmodules = n
-    h.flags = flags
-    h.py_hexversion = sys.hexversion
-    h.meta_off = F.HEADER_SIZE
-    h.meta_len = len(meta_b)
-    h.buckets_off = _align(h.meta_off + h.meta_len, 8)
-    h.nbuckets = nbuckets
-    h.entries_off = h.buckets_off + len(buckets)
-    h.entries_len = len(entries_b)
-    table, h.chunks_sum = chunk_table(entries, archive_id, strict)
-    h.chunks_off = _align(h.entries_off + h.entries_len, 8)
-    h.heap_off = _align(h.chunks_off + len(table), F.PAGE)
-    h.heap_len = heap_len
-    h.reloc_off = _align(h.heap_off + heap_len, 8)
-    h.reloc_count = reloc_count
-    h.file_len = h.reloc_off + 4 * reloc_count
-    h.meta_sum = F.checksum(meta_b, archive_id)
-    h.buckets_sum = F.checksum(buckets, archive_id)
-    parts = [(h.meta_off, meta_b), (h.buckets_off, buckets),
-             (h.entries_off, entries_b), (h.chunks_off, table)]
-    return h, parts
-
-
-def _align(x, a):
-    return (x + a - 1) // a * a
 
 
 def write_atomic(path, chunks, length=None):
@@ -155,7 +53,7 @@ def write_atomic(path, chunks, length=None):
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         # Blocks allocated up front (the size stays what the writes make it):
         # the rename over the old archive below then has no delayed
-        # allocation to flush (native/file.c: 5.5 vs 1.3 ms for 6 MiB, ext4).
+        # allocation to flush (native/file.c).
         from ._nativeapi import preallocate
         preallocate(fd, max([off + memoryview(data).nbytes for off, data in chunks]
                             + [length or 0]))

@@ -30,9 +30,9 @@ import time
 from _frozen_importlib import ModuleSpec
 from _frozen_importlib_external import SourceFileLoader
 
-from . import _capture, _config
-from . import _format as F
-from . import _import_order, _log, _search
+from . import _archive, _capture, _config, _import_order, _log, _nativeload, _pyc
+from . import _search, _trust, _writer
+from .errors import ArchiveFormatError
 
 __all__ = ["snapshot", "dump_modules", "dump_at_exit"]
 
@@ -68,31 +68,10 @@ def _spec_of(name, module):
     return spec
 
 
-def _pyc_facts(cached):
-    """(kind, os.stat_result or None, first 16 bytes) of the .pyc plain
-    import reads, if any."""
-    if not cached:
-        return F.PYC_NONE, None, b""
-    try:
-        with open(cached, "rb") as f:
-            head = f.read(16)
-            st = os.fstat(f.fileno())
-    except OSError:
-        return F.PYC_NONE, None, b""
-    if len(head) < 16:
-        return F.PYC_NONE, None, b""
-    flags = int.from_bytes(head[4:8], "little")
-    if flags & 1:
-        kind = F.PYC_CHECKED_HASH if flags & 2 else F.PYC_UNCHECKED_HASH
-    else:
-        kind = F.PYC_TIMESTAMP
-    return kind, st, head
-
-
 def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
     """The module code the import of ``module`` ran (pycds._capture), if it
     is the code plain import would run now; else None.  ``st`` and
-    ``src_hash``: the source's stat and hash (F.source_hash) now; ``pyc_st`` and ``pyc_head``: the stat
+    ``src_hash``: the source's stat and hash (pycds._pyc.source_hash) now; ``pyc_st`` and ``pyc_head``: the stat
     and first 16 bytes of its .pyc (None, b"" without one)."""
     if getattr(spec, "_initializing", None) is not False:
         return None         # not loaded by importlib's _load_unlocked
@@ -103,7 +82,7 @@ def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
     # The .pyc plain import would load now, unchanged since before the
     # import: the code that ran came from it.
     if pyc_st is None or pyc_st.st_ctime_ns >= when - _capture.SETTLED_NS \
-            or F.classify_pyc(pyc_head, st, src_hash) == F.PYC_INVALID:
+            or _pyc.classify_pyc(pyc_head, st, src_hash) == _pyc.PYC_INVALID:
         return None
     return code
 
@@ -144,72 +123,11 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
     processes of the session wrote to ``path`` are kept.
     """
     from . import _nativeapi as N
-    from . import _writer
 
     archive_id = int.from_bytes(os.urandom(8), "little") or 1
     writer = N.Writer(archive_id)
-    entries = []
-    skipped = 0
-    check_hash = _imp.check_hash_based_pycs
-    searches = _search.Recorder()
-    as_ran = 0
-    ranges = None       # whether the archived code has column positions
-    for name, module, spec in collect(pairs):
-        if skip_preloaded and _capture.preloaded(name, module):
-            continue
-        origin = spec.origin
-        try:
-            st = os.stat(origin)
-            with open(origin, "rb") as f:
-                src_hash = F.source_hash(f.read())
-            pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
-            ran = _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head)
-            if ran is None and F.loader_patched():
-                # What the stock loader would make cannot be had now.
-                raise ImportError("SourceFileLoader is patched: not read again")
-            if ran is None:
-                code = SourceFileLoader(name, origin).get_code(name)
-                # It may have written the .pyc a later plain import reads.
-                pyc_kind, pyc_st, pyc_head = _pyc_facts(spec.cached)
-            else:
-                code = ran
-            if (pyc_kind == F.PYC_TIMESTAMP
-                    and F.classify_pyc(pyc_head, st, src_hash) == F.PYC_INVALID):
-                # Plain import compiles the source past this .pyc: a SHARE
-                # run checks the source's bytes (pycds.finder._stale).  (A
-                # hash-based .pyc stays recorded: whether plain import checks
-                # it depends on the policy of the SHARE run.)
-                pyc_kind, pyc_st = F.PYC_NONE, None
-            pyc_mtime = pyc_st.st_mtime_ns if pyc_st is not None else 0
-            pyc_size = pyc_st.st_size if pyc_st is not None else 0
-            st2 = os.stat(origin)
-            if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
-                raise OSError("source changed during the dump")
-            chunk = writer.add(code, ran=ran is not None)
-            if ranges is None:
-                ranges = F.code_debug_ranges(code)
-        except Exception as e:
-            skipped += 1
-            if verbose >= 2:
-                _log.verbose(f"not archived {name}: {e}", 2)
-            continue
-        locations = spec.submodule_search_locations
-        entries.append(F.ModuleEntry(
-            len(entries), name, origin, locations is not None,
-            tuple(locations) if locations is not None else None,
-            st.st_mtime_ns, st.st_size, src_hash,
-            spec.cached, pyc_kind, pyc_mtime, pyc_size, check_hash,
-            chunk.chunk_off, chunk.chunk_len, chunk.root_off,
-            chunk.reloc_first, chunk.reloc_count, chunk.checksum,
-            chunk.nobjects, searches.record(name, spec)))
-        if ran is not None:
-            as_ran += 1
-        elif verbose >= 2:
-            _log.verbose(f"read again {name}", 2)
-    if verbose >= 2:
-        _log.verbose(f"{as_ran} of {len(entries)} modules archived as their "
-                     f"import ran them, {len(entries) - as_ran} read again", 2)
-    meta = F.meta_for_this_interpreter()
+    entries, skipped, ranges = _add_modules(writer, pairs, verbose, skip_preloaded)
+    meta = _archive.meta_for_this_interpreter()
     if ranges is not None:
         # What the code is, whatever the environment says by now.
         meta["debug_ranges"] = ranges
@@ -236,8 +154,8 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
             entries = entries + more[0]
             heap = b"".join([heap, *more[1]])
             relocs = b"".join([relocs, *more[2]])
-        header, parts = _writer.layout(entries, len(heap), len(relocs) // 4,
-                                       meta, archive_id)
+        header, parts = _archive.layout(entries, len(heap), len(relocs) // 4,
+                                        meta, archive_id)
         parts.insert(0, (0, header.pack()))
         parts.append((header.heap_off, heap))
         parts.append((header.reloc_off, relocs))
@@ -246,14 +164,94 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
     return len(entries), skipped
 
 
+def _add_modules(writer, pairs, verbose, skip_preloaded):
+    """Copy the code of the archivable modules among ``pairs`` into
+    ``writer``.  Returns ``(entries, skipped, ranges)``: their index
+    entries, the count of modules that could not be archived, and whether
+    the archived code has column positions (None: no module)."""
+    entries = []
+    skipped = 0
+    searches = _search.Recorder()
+    as_ran = 0
+    ranges = None
+    for name, module, spec in collect(pairs):
+        if skip_preloaded and _capture.preloaded(name, module):
+            continue
+        try:
+            entry, code, ran = _add_module(writer, len(entries), name, module, spec)
+        except Exception as e:
+            skipped += 1
+            if verbose >= 2:
+                _log.verbose(f"not archived {name}: {e}", 2)
+            continue
+        entry.search = searches.record(name, spec)
+        entries.append(entry)
+        if ranges is None:
+            ranges = _archive.code_debug_ranges(code)
+        if ran:
+            as_ran += 1
+        elif verbose >= 2:
+            _log.verbose(f"read again {name}", 2)
+    if verbose >= 2:
+        _log.verbose(f"{as_ran} of {len(entries)} modules archived as their "
+                     f"import ran them, {len(entries) - as_ran} read again", 2)
+    return entries, skipped, ranges
+
+
+def _add_module(writer, number, name, module, spec):
+    """Copy the code plain import would run now for ``module`` into
+    ``writer``.  Returns ``(entry, code, ran)``: its index entry (without
+    its search record), the code object, and whether that is the code the
+    import ran.  Raises where the module cannot be archived."""
+    origin = spec.origin
+    st = os.stat(origin)
+    with open(origin, "rb") as f:
+        src_hash = _pyc.source_hash(f.read())
+    pyc_kind, pyc_st, pyc_head = _pyc.pyc_facts(spec.cached)
+    ran = _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head)
+    if ran is None and _pyc.loader_patched():
+        # What the stock loader would make cannot be had now.
+        raise ImportError("SourceFileLoader is patched: not read again")
+    if ran is None:
+        code = SourceFileLoader(name, origin).get_code(name)
+        # It may have written the .pyc a later plain import reads.
+        pyc_kind, pyc_st, pyc_head = _pyc.pyc_facts(spec.cached)
+    else:
+        code = ran
+    if (pyc_kind == _pyc.PYC_TIMESTAMP
+            and _pyc.classify_pyc(pyc_head, st, src_hash) == _pyc.PYC_INVALID):
+        # Plain import compiles the source past this .pyc: a SHARE run
+        # checks the source's bytes (pycds._pyc.check).  (A hash-based .pyc
+        # stays recorded: whether plain import checks it depends on the
+        # policy of the SHARE run.)
+        pyc_kind, pyc_st = _pyc.PYC_NONE, None
+    st2 = os.stat(origin)
+    if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
+        raise OSError("source changed during the dump")
+    chunk = writer.add(code, ran=ran is not None)
+    locations = spec.submodule_search_locations
+    entry = _archive.ModuleEntry(
+        number, name, origin, locations is not None,
+        tuple(locations) if locations is not None else None,
+        st.st_mtime_ns, st.st_size, src_hash,
+        spec.cached, pyc_kind,
+        pyc_st.st_mtime_ns if pyc_st is not None else 0,
+        pyc_st.st_size if pyc_st is not None else 0,
+        _imp.check_hash_based_pycs,
+        chunk.chunk_off, chunk.chunk_len, chunk.root_off,
+        chunk.reloc_first, chunk.reloc_count, chunk.checksum,
+        chunk.nobjects, None)
+    return entry, code, ran is not None
+
+
 def _warn_if_refused(path):
     """One warning now, when a SHARE run would refuse the archive just
     written at ``path`` for where it lies (a directory others may write) or
-    its mode (``_format.check_trusted``): better than a refusal in every run
+    its mode (``pycds._trust.check_trusted``): better than a refusal in every run
     after."""
     try:
-        F.check_trusted(os.stat(path), path)
-    except (F.FormatError, OSError) as e:
+        _trust.check_trusted(os.stat(path), path)
+    except (ArchiveFormatError, OSError) as e:
         _log.warning(f"archive written to {path}, but SHARE runs will refuse it: {e}")
 
 
@@ -265,8 +263,8 @@ SESSION_VAR = "PYCDS_DUMP_SESSION"
 def dump_session():
     """The id of this DUMP session (see _config.inherited_session), tagged
     with the interpreter facts of the process that began it
-    (:func:`pycds._format.interpreter_tag`)."""
-    return _config.inherited_session(SESSION_VAR, F.interpreter_tag())
+    (:func:`pycds._archive.interpreter_tag`)."""
+    return _config.inherited_session(SESSION_VAR, _archive.interpreter_tag())
 
 
 def _session_is_ours(session):
@@ -279,14 +277,14 @@ def _session_is_ours(session):
     _, dash, tag = session.rpartition("-")
     if not dash or len(tag) != 16:
         return True
-    return tag == F.interpreter_tag()
+    return tag == _archive.interpreter_tag()
 
 
 def _session_of(path):
     """The DUMP session that wrote the archive at ``path``, or None."""
     try:
-        index = F.Index.open(path, check_interpreter=False)
-    except F.FormatError:
+        index = _archive.Index.open(path, check_interpreter=False)
+    except ArchiveFormatError:
         return None
     try:
         return index.meta.get("session")
@@ -313,8 +311,7 @@ class _directory_lock:
 
     def __enter__(self):
         import fcntl
-        from ._writer import make_directory
-        make_directory(self.dir)
+        _writer.make_directory(self.dir)
         try:
             self.fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -351,8 +348,8 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
     if not session:
         return out
     try:
-        index = F.Index.open(path)
-    except F.FormatError:
+        index = _archive.Index.open(path)
+    except ArchiveFormatError:
         return out
     try:
         if index.meta.get("session") != session or \
@@ -385,7 +382,7 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
             out[1].append(chunk)
             out[2].append(rel)
             have.add(old.name)
-    except (F.FormatError, OSError):
+    except (ArchiveFormatError, OSError):
         return ([], [], [])
     finally:
         index.close()
@@ -399,15 +396,14 @@ def _pycds_version():
 
 def preload():
     """Import, at the start of a DUMP run, what :func:`dump_at_exit` needs
-    (the native module with ``_cffi_backend``, the writer, ``fcntl``), so
+    (the native module with ``_cffi_backend``, ``fcntl``), so
     that the dump does not depend on the import system the program leaves
     at exit: a path hook that raises, ``sys.path`` without site-packages, a
     meta path finder that refuses names.  The import costs the same then as
     at exit.  A failure is left for the dump at exit to report."""
     try:
         import fcntl  # noqa: F401
-        F.import_native(sys.path)     # (the program has not run yet)
-        from . import _writer, errors  # noqa: F401
+        _nativeload.import_native(sys.path)     # (the program has not run yet)
     except Exception:
         pass
 

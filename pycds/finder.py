@@ -7,8 +7,7 @@ asks ``PathFinder`` which file plain import would use *now* (so ``sys.path``,
 directories unchanged since the dump run are not read again:
 pycds._search), and serves the archived code only when that is the archived
 file, loaded by the stock ``SourceFileLoader``, and unchanged since the
-dump.  The spec it
-returns is PathFinder's own, loader included: the stock ``SourceFileLoader``,
+dump.  The spec it returns is PathFinder's own, loader included: the stock ``SourceFileLoader``,
 whose ``get_code`` is, until the module's code is handed out, an
 :class:`ArchivedCode` in the instance's dict that returns the archived code
 object.  Everything else about the module (``__file__``, ``__cached__``,
@@ -17,27 +16,29 @@ readers) is exactly plain import's.
 
 Anything unexpected of the archive or of pycds itself means one warning and
 plain import; the finder raises into the import system only what the
-program raised through it (:func:`pycds._format.program_raised`), as plain import's own
-code would pass it on.  Imports only builtins and importlib (already
-loaded at start-up: ``_frozen_importlib_external`` is what importlib.machinery
-re-exports); pycds._search and the native module are loaded on the first
-archive hit.
+program raised through it (:func:`pycds.errors.program_raised`), as plain
+import's own code would pass it on.  The ``.pyc`` rules are pycds._pyc's,
+the archive's format pycds._archive's.  Imports only builtins and importlib
+(already loaded at start-up: ``_frozen_importlib_external`` is what
+importlib.machinery re-exports); pycds._search and the native module are
+loaded on the first archive hit.
 """
 
-import _imp
-import _io
 import _thread
 import os
 import sys
 import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
 
-from . import _format as F
+from . import _archive, _pyc
+from .errors import (BOOTSTRAP_FILES, E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
+                     ArchiveFormatError, ForeignArchiveError, program_raised)
 
 __all__ = ["CDSFinder", "ArchivedCode", "served_loader", "install", "uninstall",
            "stats"]
 
-_stats = {
+# This process's counters (stats() adds what it reads elsewhere).
+_counters = {
     "served": 0,
     "fallbacks": {},
     "archive": None,
@@ -48,29 +49,57 @@ _stats = {
     "released_bytes": 0,
     "startup_plain": 0,
 }
-# (stats() adds "searches_replayed" and "prefetched".)
 
-# Bytes of heap read ahead after each load (native/prefetch.c): about 45
-# modules of a typical archive (~45 KiB per module), far more than a
-# program imports between two of its own statements, small enough that a
-# program that stops importing wastes little.
+# PYCDSVERBOSE, from the configuration install() was given.
+# pycds._log is imported only to print: a quiet process never loads it.
+_verbose = 0
+
+# Bytes of heap read ahead after each load (native/prefetch.c): far more
+# than a program imports between two of its own statements, small enough
+# that a program that stops importing wastes little.
 PREFETCH_WINDOW = 2 << 20
+
+# Seconds an import waits for another thread's opening of the native module
+# before it is imported plainly (_Archive._open_native): that thread may be
+# waiting for this one.
+NATIVE_WAIT_S = 0.5
+
+# Why an archive is dropped when the program closed pycds's descriptors.
+_LOST_FD = "the program closed its file descriptor"
+
+# The search path as start-up left it (install()): where the
+# native module's _cffi_backend is looked up.
+_startup_path = None
+
+
+def _say(msg, at=1):
+    """A verbose line (callers test ``_verbose >= at`` first; install()
+    has imported pycds._log then)."""
+    from . import _log
+    _log.verbose(msg, at)
+
+
+def _warn(msg):
+    from . import _log
+    _log.warning(msg)
+
+
+def _fallback(name, reason):
+    """Count (and at PYCDSVERBOSE=1 print) an archived module imported
+    plainly, for ``reason``."""
+    f = _counters["fallbacks"]
+    f[reason] = f.get(reason, 0) + 1
+    if _verbose:
+        _say(f"fallback {name}: {reason}", 1)
+
 
 # Heap bytes of archived modules the interpreter itself imports before the
 # native module is loaded that are imported plainly (_imported_by_interpreter).
-# A ski-rental bound: the native load (~1 ms) is about what serving saves on
-# 0.5-1 MiB of heap (3.11: ~27 ms of CPU on the 22 MiB of numpy, flask and
-# boto3), so a sitecustomize that imports a large framework (as tracing
-# agents' do) loses at most that, while 3.13's linecache for -c (13 KiB)
-# and the ten modules runpy imports for -m (475 KiB on 3.11) are imported
-# plainly: `python -m <a one-line module>` 1.35 ms faster, `python -m` of
-# numpy, flask and boto3 unchanged within noise (3.11, docs/performance.md).
+# A ski-rental bound: about what serving must save to pay for loading the
+# native module, so a sitecustomize that imports a large framework loses at
+# most that, while what `-c` and `-m` import before the program runs is
+# imported plainly (measured: docs/performance.md).
 STARTUP_PLAIN_BYTES = 512 << 10
-
-# Seconds an import waits for another thread's opening of the native module
-# (~1 ms; tens of ms from a cold disk) before it is imported plainly
-# (_Archive._open_native): that thread may be waiting for this one.
-NATIVE_WAIT_S = 0.5
 
 
 def stats():
@@ -91,41 +120,13 @@ def stats():
     recorded, pycds._search)."""
     if _installed is not None:
         _installed.archive.release_finished()   # bring released_bytes up to date
-    out = dict(_stats)
-    out["fallbacks"] = dict(_stats["fallbacks"])
+    out = dict(_counters)
+    out["fallbacks"] = dict(_counters["fallbacks"])
     native = _installed.archive._native if _installed is not None else None
     out["prefetched"] = native.prefetched() if native is not None else 0
     search = sys.modules.get(__package__ + "._search")
     out["searches_replayed"] = search.replayed if search is not None else 0
     return out
-
-
-# PYCDSVERBOSE, from the configuration install() was given.  pycds._log is
-# imported only to print: a quiet process (the usual case) never loads it.
-_verbose = 0
-
-
-def _say(msg, at=1):
-    """A verbose line (callers test ``_verbose >= at`` first; install()
-    has imported pycds._log then)."""
-    from . import _log
-    _log.verbose(msg, at)
-
-
-def _warn(msg):
-    from . import _log
-    _log.warning(msg)
-
-
-# Why an archive is dropped when the program closed pycds's descriptors.
-_LOST_FD = "the program closed its file descriptor"
-
-
-def _fallback(name, reason):
-    f = _stats["fallbacks"]
-    f[reason] = f.get(reason, 0) + 1
-    if _verbose:
-        _say(f"fallback {name}: {reason}", 1)
 
 
 class _Archive:
@@ -172,7 +173,8 @@ class _Archive:
             if self._native is None:
                 self._opener = me
                 try:
-                    N = F.import_native(_startup_path)
+                    from ._nativeload import import_native
+                    N = import_native(_startup_path)
                     self._native = N.NativeArchive(
                         self.index.descriptor(), self.index.header,
                         self.index.meta.get("layout", ""), self.verify,
@@ -220,9 +222,9 @@ class _Archive:
                 # finders) may refuse with anything: whatever the
                 # program raised there is a reason not to use the archive,
                 # not an error of the program's import.
-                if isinstance(e, F.PROGRAM_STATE_ERRORS):
+                if isinstance(e, PROGRAM_STATE_ERRORS):
                     raise
-            elif F.program_raised(e):
+            elif program_raised(e):
                 raise
             code = getattr(e, "code", 0)
             if self._native is None:
@@ -233,11 +235,11 @@ class _Archive:
                 # state are the main interpreter's), and that is no fault.
                 self.disable(str(e), quiet=isinstance(e, ImportError)
                              and "subinterpreter" in str(e))
-            elif code == F.E_STATE:
+            elif code == E_STATE:
                 # Failed before (said then), or being loaded
                 # by a stage 2 that ran Python code (native/archive.h).
                 _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
-            elif code in (F.E_NOMEM, F.E_PYTHON):
+            elif code in (E_NOMEM, E_PYTHON):
                 # This process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")
             elif self.index.fd_lost():
@@ -250,8 +252,8 @@ class _Archive:
                 # loaded passed their checks and stay).
                 self.disable(str(e))
             return None
-        _stats["load_ms"] += (time.perf_counter() - t0) * 1e3
-        _stats["bytes_loaded"] += entry.chunk_len
+        _counters["load_ms"] += (time.perf_counter() - t0) * 1e3
+        _counters["bytes_loaded"] += entry.chunk_len
         return code
 
     def release_finished(self):
@@ -267,7 +269,7 @@ class _Archive:
         are done: stop at the first still running.  What a module still
         holds (a traceback holding its frame, say) is kept by the native
         liveness check, never by this timing.  Raises only what the program
-        raised through it (:func:`pycds._format.program_raised`)."""
+        raised through it (:func:`pycds.errors.program_raised`)."""
         ran = self.ran
         native = self._native
         while ran and native is not None:
@@ -279,142 +281,20 @@ class _Archive:
                 ran.append((entry, spec))
                 break
             try:
-                _stats["released_bytes"] += native.release(entry)
+                _counters["released_bytes"] += native.release(entry)
             except Exception as e:
-                if F.program_raised(e):
+                if program_raised(e):
                     raise
                 if _verbose >= 2:
                     _say(f"release {entry.name}: {e}", 2)
 
 
-def _stale(entry, check, cached=None):
-    """Why plain import would not produce the archived code now, or None
-    (see :func:`_check`; ``python -m pycds verify``)."""
-    return _check(entry, check, cached)[0]
-
-
-def _check(entry, check, cached=None):
-    """``(reason, st)``: why plain import would not produce the archived
-    code now (None where it would), and the source's stat (None where not
-    taken).  ``cached``: the ``.pyc`` path plain import would read now (the
-    spec's), if known."""
-    if check == "unchecked":
-        return None, None
-    st = F.stat_or_none(entry.origin)
-    if st is None:
-        return "source is gone", None
-    if st.st_size != entry.size:
-        return "source changed", st
-    moved = st.st_mtime_ns != entry.mtime_ns
-    src_hash = None
-    other_pyc = cached is not None and cached != entry.pyc_path
-    if entry.pyc_kind in (F.PYC_CHECKED_HASH, F.PYC_UNCHECKED_HASH) and not other_pyc:
-        # Plain import trusts (or checks) the hash-based .pyc; it must be
-        # the same file, under the same policy, as at the dump.
-        if moved:
-            return "source changed", st
-        if _imp.check_hash_based_pycs != entry.check_hash_pycs:
-            return "check_hash_based_pycs differs", st
-        pst = F.stat_or_none(entry.pyc_path)
-        if pst is None:
-            return "hash-based .pyc is gone", st
-        if not _as_dumped(pst, entry):
-            return "hash-based .pyc changed", st
-        # Where plain import compares the source hash with the .pyc's, an
-        # edit that keeps mtime and size is seen by plain import; so it
-        # must be here.
-        if F.pyc_source_checked(entry.pyc_kind == F.PYC_CHECKED_HASH):
-            check = "hash"
-    else:
-        # Plain import runs a timestamp .pyc whose header matches the
-        # source's mtime (seconds) and size, or else compiles the source
-        # (and writes a .pyc; a SHARE run does not: the archived code
-        # marshalled again is not byte for byte what a compile gives, and
-        # marshal orders a frozenset's items by their bytes).  While the
-        # .pyc is the very file the dump run left and the source's stat is
-        # the dumped one, the archived code is its code.  A .pyc written,
-        # rewritten or removed since (by compileall, an installer), another
-        # .pyc than at the dump (sys.pycache_prefix, PYTHONPYCACHEPREFIX
-        # changed), none at all, or a source touched since, means what
-        # plain import does with the .pyc there (F.classify_pyc), and code made
-        # from the source as it is now unless that is the dumped .pyc: the
-        # archived code is that only if the source is the dumped one byte
-        # for byte.  A stat
-        # cannot tell: an edit that keeps size and mtime (clamped mtimes
-        # in a build) does.  (Left: a .pyc compiled again and given back
-        # the mtime and size it had, as a build that clamps every file's
-        # time can do, is taken for the dumped one, and a valid .pyc
-        # compiled from another source of the same size and mtime second
-        # for the source: PYCDSCHECK=hash is for such builds, and catches
-        # the first.  Hashing wherever a .pyc is no newer than its source
-        # would catch it, but costs a read of most sources of every tar or
-        # Docker layer install, whose mtimes are whole seconds.)
-        pyc = entry.pyc_path if cached is None else cached
-        pst = F.stat_or_none(pyc) if pyc else None
-        dumped = (entry.pyc_kind == F.PYC_TIMESTAMP and not other_pyc
-                  and _as_dumped(pst, entry))
-        if moved or not dumped:
-            if not dumped:
-                # (Not for the dumped .pyc: plain import reads no source to
-                # take it, nor need this; an audit hook sees no extra open.)
-                src_hash = _source_hash(entry.origin)
-                if src_hash is None:
-                    return "source is unreadable", st
-            # What plain import does with the .pyc there (its 16-byte header).
-            head = _read_code_file(pyc, 16) if pst is not None else None
-            use = F.classify_pyc(head, st, src_hash)
-            if use == F.PYC_UNCHECKED:
-                return "an unchecked hash-based .pyc replaced the dumped one", st
-            if use != F.PYC_VALID or not dumped:
-                # (The dumped .pyc still valid for a source touched within
-                # the second is what plain import runs: the archived code.)
-                check = "hash"
-    if check == "hash":
-        if src_hash is None:
-            src_hash = _source_hash(entry.origin)
-            if src_hash is None:
-                return "source is unreadable", st
-        if src_hash != entry.source_hash:
-            return "source hash differs", st
-    return None, st
-
-
-def _as_dumped(pst, entry):
-    """Whether ``pst`` (a ``.pyc``'s stat, or None) is that of the ``.pyc``
-    the dump run left for ``entry``."""
-    return (pst is not None and pst.st_mtime_ns == entry.pyc_mtime_ns
-            and pst.st_size == entry.pyc_size)
-
-
-def _read_code_file(path, size=-1):
-    """The first ``size`` bytes (all: -1) of the source or ``.pyc`` at
-    ``path`` as plain import reads them (FileLoader.get_data, 3.10-3.13):
-    through the interpreter's open-code hook, which an embedder may set to
-    vet code files (PyFile_SetOpenCodeHook, PEP 578); None if it cannot be
-    read."""
-    try:
-        with _io.open_code(path) as f:
-            return f.read(size)
-    except OSError as e:
-        if F.program_raised(e):
-            raise
-        return None
-
-
-def _source_hash(path):
-    """The source hash of the file at ``path`` (:func:`_read_code_file`),
-    or None if it cannot be read."""
-    data = _read_code_file(path)
-    return None if data is None else F.source_hash(data)
-
-
 class _ChunkRef:
     """What a loader keeps of an index entry once ``find_spec`` has checked
     it: the module's name, number and chunk length, and the source's
-    ``st_mtime_ns`` and size as ``find_spec`` found them.  The whole
-    entry (a :class:`pycds._format.ModuleEntry` with its paths, hashes and
-    directory stamps, ~1.5 KiB) held by every served module's loader for
-    the life of the process came to 0.74 MiB for numpy, flask and boto3."""
+    ``st_mtime_ns`` and size as ``find_spec`` found them (not the whole
+    entry, with its paths, hashes and directory stamps, held by every
+    served module's loader for the life of the process)."""
 
     __slots__ = ("name", "number", "chunk_len", "mtime_ns", "size")
 
@@ -487,7 +367,7 @@ class ArchivedCode:
         if d.get("get_code") is self:
             d.pop("get_code", None)
             d.pop("__reduce_ex__", None)
-        if F.loader_patched():
+        if _pyc.loader_patched():
             # Plain import runs the program's replacement: so does this
             # (CDSFinder.find_spec checks first: this is for a replacement
             # made between the two).
@@ -503,7 +383,7 @@ class ArchivedCode:
             # module at its first attribute access; runpy calls get_code
             # itself): plain import reads the source's stat now.  (Within
             # an import statement, find_spec checked it a moment ago.)
-            st = F.stat_or_none(loader.path)
+            st = _pyc.stat_or_none(loader.path)
             if st is None or st.st_mtime_ns != ref.mtime_ns or st.st_size != ref.size:
                 _fallback(fullname, "source changed since it was found")
                 return SourceFileLoader.get_code(loader, fullname)
@@ -513,7 +393,7 @@ class ArchivedCode:
         if archive.release_mode:
             # Its spec says when the body is done.
             archive.ran.append((ref, spec))
-        _stats["served"] += 1
+        _counters["served"] += 1
         if _verbose:
             _say(f"served {fullname}", 1)
         return code
@@ -548,14 +428,12 @@ def served_loader(loader):
     return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
 
-# The files of importlib's own frames.
-_BOOTSTRAP_FILES = F._BOOTSTRAP_FILES
 # Bound at import: a program may replace sys._getframe (mock.patch) or
 # delete it, and find_spec must not follow it.
 _getframe = sys._getframe
 # Deeper stacks are taken for the program's: the interpreter's own imports
-# run a few frames deep (3.13 builds a frame object for every frame walked:
-# 20 ms for 100 000).
+# run a few frames deep, and 3.13 builds a frame object for every frame
+# walked.
 _MAX_WALK = 1000
 
 
@@ -573,9 +451,9 @@ def _imported_by_interpreter():
 
     Until something has loaded the native module, such modules are imported
     plainly while together they stay within :data:`STARTUP_PLAIN_BYTES` of
-    heap: serving one would load the native module first (~1 ms:
-    ``_cffi_backend``, ``pycds._native``, ``pycds._nativeapi``, the heap
-    reservation), several times what plain import of a small module costs,
+    heap: serving one would load the native module first (``_cffi_backend``,
+    ``pycds._native``, ``pycds._nativeapi``, the heap reservation), several
+    times what plain import of a small module costs,
     and a short program (``python -c pass``) may import nothing else from
     the archive.  Cost: one walk of the stack per archive hit until the
     native module is loaded.  Never raises (False on any surprise)."""
@@ -584,7 +462,7 @@ def _imported_by_interpreter():
         for _ in range(_MAX_WALK):
             back = f.f_back
             if back is None:
-                return f.f_code.co_filename in _BOOTSTRAP_FILES
+                return f.f_code.co_filename in BOOTSTRAP_FILES
             f = back
     except Exception:
         pass
@@ -601,10 +479,6 @@ def _first_search(*args):
 
 
 _search_find_spec = _first_search
-
-
-# The search path as start-up left it (install()).
-_startup_path = None
 
 
 def _path_finder_next(finder):
@@ -641,7 +515,7 @@ class CDSFinder:
         try:
             entry = archive.index.lookup(fullname)
         except Exception as e:
-            if F.program_raised(e):
+            if program_raised(e):
                 raise
             archive.disable(_LOST_FD if archive.index.fd_lost() else f"index unreadable ({e})")
             return None
@@ -658,7 +532,7 @@ class CDSFinder:
                 and archive.startup_plain_bytes + entry.chunk_len <= STARTUP_PLAIN_BYTES
                 and _imported_by_interpreter()):
             archive.startup_plain_bytes += entry.chunk_len
-            _stats["startup_plain"] += 1
+            _counters["startup_plain"] += 1
             if _verbose:
                 _say(f"plain {fullname}: imported by the interpreter before the "
                      "native module was loaded", 1)
@@ -672,7 +546,7 @@ class CDSFinder:
         if type(spec.loader) is not SourceFileLoader:
             _fallback(fullname, "plain import uses another loader")
             return spec
-        if F.loader_patched():
+        if _pyc.loader_patched():
             # Its replacement runs as with plain import, without a frame of
             # pycds around it (in a traceback of what it raises, say).
             _fallback(fullname, "SourceFileLoader is patched")
@@ -680,7 +554,7 @@ class CDSFinder:
         if spec.origin != entry.origin:
             _fallback(fullname, "resolves to another file")
             return spec
-        reason, st = _check(entry, archive.check, spec.cached)
+        reason, st = _pyc.check(entry, archive.check, spec.cached)
         if reason is not None:
             _fallback(fullname, reason)
             if reason == "source is gone":
@@ -703,6 +577,11 @@ class CDSFinder:
     # End of importlib.abc.MetaPathFinder interface
 
 
+# The environment variable in which the first SHARE process of a process
+# tree names its interpreter facts (pycds._archive.interpreter_tag) for the
+# processes it starts, which inherit its archive through PYCDSARCHIVE.
+SHARE_SESSION_VAR = "PYCDS_SHARE_SESSION"
+
 _installed = None
 
 
@@ -723,13 +602,13 @@ def install(config):
         _log.level = max(_log.level, _verbose)
     # The first SHARE process of a process tree names its interpreter facts
     # for the processes it starts, which inherit its archive (PYCDSARCHIVE).
-    session = os.environ.get(F.SHARE_SESSION_VAR)
+    session = os.environ.get(SHARE_SESSION_VAR)
     if not session:
-        session = os.environ[F.SHARE_SESSION_VAR] = F.interpreter_tag()
+        session = os.environ[SHARE_SESSION_VAR] = _archive.interpreter_tag()
     try:
-        index = F.Index.open(config.archive, out_of_the_way=True)
-    except F.FormatError as e:
-        if isinstance(e, F.ForeignArchive) and session != F.interpreter_tag():
+        index = _archive.Index.open(config.archive, out_of_the_way=True)
+    except ArchiveFormatError as e:
+        if isinstance(e, ForeignArchiveError) and session != _archive.interpreter_tag():
             # A child run by another Python or with other flags (-O) was
             # handed its parent's archive, not one made for it: plain
             # import, as without pycds, and nothing on its stderr.
@@ -748,9 +627,9 @@ def install(config):
         at = len(meta_path)
     meta_path.insert(at, finder)
     _installed = finder
-    _stats["archive"] = config.archive
-    _stats["modules_in_archive"] = index.header.nmodules
-    _stats["open_ms"] = (time.perf_counter() - t0) * 1e3
+    _counters["archive"] = config.archive
+    _counters["modules_in_archive"] = index.header.nmodules
+    _counters["open_ms"] = (time.perf_counter() - t0) * 1e3
     return finder
 
 

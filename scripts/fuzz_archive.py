@@ -1,7 +1,7 @@
 """Fuzz pycds archives: mutate a real archive in many ways and run a program
 under SHARE with each mutant.
 
-Run with the interpreter pycds is installed in (it needs ``pycds._format``,
+Run with the interpreter pycds is installed in (it needs ``pycds._archive``,
 ``pycds._writer`` and the native hash)::
 
     python scripts/fuzz_archive.py --cases 1200 --jobs 2 [--seed N] [--keep DIR]
@@ -58,7 +58,7 @@ import tempfile
 import time
 
 import cprobe
-from pycds import _format as F
+from pycds import _archive
 from pycds import _writer as W
 from pycds import _nativeapi as N
 
@@ -153,7 +153,7 @@ class Model:
     """
 
     def __init__(self, data):
-        h = F.Header.parse(data[:F.HEADER_SIZE], len(data))
+        h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
         self.header = h
         self.meta = marshal.loads(data[h.meta_off:h.meta_off + h.meta_len])
         self.entries = []
@@ -161,7 +161,7 @@ class Model:
         ents = data[h.entries_off:h.entries_off + h.entries_len]
         while off + 12 <= len(ents):
             length = int.from_bytes(ents[off:off + 4], "little")
-            self.entries.append(F.ModuleEntry(*marshal.loads(ents[off + 12:off + length])))
+            self.entries.append(_archive.ModuleEntry(*marshal.loads(ents[off + 12:off + length])))
             off += length
         self.heap = bytearray(data[h.heap_off:h.heap_off + h.heap_len])
         self.relocs = bytearray(data[h.reloc_off:h.reloc_off + 4 * h.reloc_count])
@@ -196,7 +196,7 @@ class Model:
         if not self.keep_sums:
             for e in self.entries:
                 e.chunk_sum = self.chunk_sum(e)
-        h, parts = W.layout(self.entries, len(self.heap), len(self.relocs) // 4,
+        h, parts = _archive.layout(self.entries, len(self.heap), len(self.relocs) // 4,
                             self.meta, self.header.archive_id, self.header.flags,
                             strict=False)
         out = bytearray(h.file_len)
@@ -207,7 +207,7 @@ class Model:
         out[reloc_off:reloc_off + len(self.relocs)] = self.relocs
         for name, value in self.header_patch.items():
             setattr(h, name, value)
-        out[:F.HEADER_SIZE] = h.pack()
+        out[:_archive.HEADER_SIZE] = h.pack()
         return bytes(out)
 
 
@@ -317,13 +317,13 @@ def nested_code(model, e, code_off):
 # ---- mutations ---------------------------------------------------------------
 
 def _sections(data):
-    h = F.Header.parse(data[:F.HEADER_SIZE], len(data))
+    h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
     return {
-        "header": (0, F.HEADER_SIZE),
+        "header": (0, _archive.HEADER_SIZE),
         "meta": (h.meta_off, h.meta_len),
         "buckets": (h.buckets_off, h.nbuckets * 8),
         "entries": (h.entries_off, h.entries_len),
-        "chunks": (h.chunks_off, h.nmodules * F.CHUNK_REC),
+        "chunks": (h.chunks_off, h.nmodules * _archive.CHUNK_REC),
         "heap": (h.heap_off, h.heap_len),
         "relocs": (h.reloc_off, h.reloc_count * 4),
     }
@@ -335,7 +335,7 @@ def raw_mutations(data, rng, n):
     names = sorted(secs)
     out = []
     # Truncations: 0, around every section boundary, and random lengths.
-    cuts = {0, 1, 7, 8, F.HEADER_SIZE - 1, F.HEADER_SIZE, len(data) - 1}
+    cuts = {0, 1, 7, 8, _archive.HEADER_SIZE - 1, _archive.HEADER_SIZE, len(data) - 1}
     for off, length in secs.values():
         cuts.update({off, off + 1, off + length - 1, off + length})
     for c in sorted(x for x in cuts if 0 <= x < len(data)):
@@ -448,7 +448,7 @@ def resigned_mutations(data, rng, n, used):
                             "heap_len", "reloc_off", "reloc_count", "nmodules",
                             "nbuckets", "entries_len", "meta_len", "py_hexversion",
                             "format", "file_len", "chunks_off", "chunks_sum"))
-        h, _ = W.layout(m.entries, len(m.heap), len(m.relocs) // 4, m.meta,
+        h, _ = _archive.layout(m.entries, len(m.heap), len(m.relocs) // 4, m.meta,
                         m.header.archive_id, strict=False)
         old = getattr(h, field)
         new = rng.choice([old + 8, old - 8 if old >= 8 else 0, old + 4096,

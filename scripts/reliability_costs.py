@@ -9,7 +9,7 @@ Builds an archive of synthetic modules (plus the stdlib modules this script
 imports) of about ``--mb`` MB in a temporary directory, then measures in a
 fresh interpreter:
 
-* ``open``: ``pycds._format.Index.open`` -- header checksum, meta and bucket
+* ``open``: ``pycds._archive.Index.open`` -- header checksum, meta and bucket
   table SipHash checks, interpreter checks (what SHARE start-up pays, once);
 * ``lookup``: one index entry read and checked (SipHash over the entry);
 * ``xxh64``: the XXH64 of one module's chunk and relocation entries alone;
@@ -69,7 +69,7 @@ print(dump.dump_modules(list(sys.modules.items()), sys.argv[3]), time.perf_count
 
 MEASURE = r"""
 import json, marshal, os, statistics, sys, time
-from pycds import _format as F, _nativeapi as N
+from pycds import _archive, _nativeapi as N
 path, repeat = sys.argv[1], int(sys.argv[2])
 
 def med(f, n=repeat):
@@ -81,8 +81,8 @@ def med(f, n=repeat):
     return statistics.median(ts) / 1e3
 
 out = {}
-out["open_us"] = med(lambda: F.Index.open(path).close())
-idx = F.Index.open(path)
+out["open_us"] = med(lambda: _archive.Index.open(path).close())
+idx = _archive.Index.open(path)
 out["file_mb"] = os.path.getsize(path) / 1e6
 out["modules"] = idx.header.nmodules
 entries = sorted(idx.entries(), key=lambda e: e.chunk_len)

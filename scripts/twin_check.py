@@ -46,7 +46,7 @@ import tempfile
 import warnings
 
 import cprobe  # noqa: E402  (scripts/, beside this file)
-from pycds import _format as F
+from pycds import _archive, _pyc
 from pycds import _nativeapi as N
 from pycds import _writer as W
 from pycds.errors import NativeError
@@ -578,8 +578,8 @@ def pyc_data(name, path):
     src_hash = None
     if head is not None and len(head) >= 8 and int.from_bytes(head[4:8], "little") & 1:
         src = loader.get_data(path)
-        src_hash = F.source_hash(src)
-    if F.classify_pyc(head, st, src_hash) != F.PYC_INVALID:
+        src_hash = _pyc.source_hash(src)
+    if _pyc.classify_pyc(head, st, src_hash) != _pyc.PYC_INVALID:
         return pyc[16:]
     if src is None:
         src = loader.get_data(path)
@@ -601,15 +601,15 @@ def write_archive(items, directory, name="twin.img"):
         except NativeError as e:
             refused[key] = f"writer refused: {e}"
             continue
-        entries.append(F.ModuleEntry(len(entries), key, "/nonexistent.py", False, None,
+        entries.append(_archive.ModuleEntry(len(entries), key, "/nonexistent.py", False, None,
                                      0, 0, b"", None, 0, 0, 0, "default",
                                      c.chunk_off, c.chunk_len, c.root_off,
                                      c.reloc_first, c.reloc_count, c.checksum,
                                      c.nobjects, None))
     heap, relocs = w.heap(), w.relocs()
-    meta = F.meta_for_this_interpreter()
+    meta = _archive.meta_for_this_interpreter()
     meta["layout"] = N.layout_id()
-    h, parts = W.layout(entries, len(heap), len(relocs) // 4, meta, seed)
+    h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, seed)
     parts = [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)]
     path = os.path.join(directory, name)
     W.write_atomic(path, parts)
@@ -618,7 +618,7 @@ def write_archive(items, directory, name="twin.img"):
 
 def _handle(path):
     """An Index and a NativeArchive over the archive at ``path``."""
-    index = F.Index.open(path)
+    index = _archive.Index.open(path)
     return index, N.NativeArchive(index.fd, index.header, N.layout_id())
 
 

@@ -161,8 +161,8 @@ def test_modules_start_up_imported_before_pycds_are_not_archived(tmp_path):
     d = run_python("again.py", cwd=cwd, PYCDSMODE="DUMP",
                    PYCDSARCHIVE=str(cwd / "a.img"), PYCDSVERBOSE=2)
     assert d.rc == 0 and not d.warnings(), d
-    from pycds import _format as F
-    index = F.Index.open(str(cwd / "a.img"))
+    from pycds import _archive
+    index = _archive.Index.open(str(cwd / "a.img"))
     try:
         assert index.lookup("encodings") is None
         assert index.lookup("encodings.utf_8") is None
@@ -183,8 +183,8 @@ def test_a_dump_with_nothing_to_archive_writes_a_usable_archive(tmp_path):
     (tmp_path / "nothing.py").write_text("pass\n")
     d = run_python(["nothing.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
     assert d.rc == 0 and not d.err, d
-    from pycds import _format as F
-    index = F.Index.open(img)
+    from pycds import _archive
+    index = _archive.Index.open(img)
     assert index.header.nmodules == 0
     index.close()
     s = run_python(["-c", "import json; print(json.dumps([1]))"], cwd=tmp_path,
@@ -375,9 +375,9 @@ def same_as_pycs(img, names=None, skip=()):
     ``marshal.loads`` of its .pyc gives: same bytecode and, 3.11+, same
     adaptive bytecode.  Returns how many code objects were compared."""
     import marshal
-    from pycds import _format as F
+    from pycds import _archive
     from pycds import _nativeapi as N
-    index = F.Index.open(img)
+    index = _archive.Index.open(img)
     arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
 
     def walk(c):

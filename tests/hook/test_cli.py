@@ -105,8 +105,8 @@ class TestCli:
 class TestCliIntegrity:
     def test_verify_reports_damaged_chunks(self, tmp_path):
         img = make_archive(tmp_path)
-        import pycds._format as F
-        index = F.Index.open(img)
+        from pycds import _archive
+        index = _archive.Index.open(img)
         entry = index.lookup("beta")
         at = index.header.heap_off + entry.chunk_off + entry.chunk_len // 2
         index.close()
@@ -120,8 +120,8 @@ class TestCliIntegrity:
 
     def test_verify_reports_a_damaged_chunk_table(self, tmp_path):
         img = make_archive(tmp_path)
-        import pycds._format as F
-        index = F.Index.open(img)
+        from pycds import _archive
+        index = _archive.Index.open(img)
         at = index.header.chunks_off + 1
         index.close()
         flip_bits(img, at, 0x08)
@@ -161,8 +161,8 @@ class TestCliIntegrity:
     def test_info_on_foreign_archive_shows_header(self, tmp_path):
         import marshal
         img = make_archive(tmp_path)
-        import pycds._format as F
-        index = F.Index.open(img)
+        from pycds import _archive
+        index = _archive.Index.open(img)
         h, meta = index.header, dict(index.meta)
         index.close()
         # same length, so the meta block keeps its size
@@ -171,8 +171,8 @@ class TestCliIntegrity:
         assert len(meta_b) == h.meta_len
         data = bytearray(open(img, "rb").read())
         data[h.meta_off:h.meta_off + h.meta_len] = meta_b
-        h.meta_sum = F.checksum(meta_b, h.archive_id)
-        data[:F.HEADER_SIZE] = h.pack()
+        h.meta_sum = _archive.checksum(meta_b, h.archive_id)
+        data[:_archive.HEADER_SIZE] = h.pack()
         open(img, "wb").write(data)
         r = run_python(["-m", "pycds", "info", "-q", img], cwd=tmp_path)
         assert r.rc == 0, r

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from pycds import _format as F
+from pycds import _archive
 
 from conftest import clean_env, dump_and_share, installed, run_python, settle
 
@@ -95,7 +95,7 @@ class TestRoundTrip:
                            PYCDSARCHIVE=str(img), PYTHONHASHSEED=0)
             assert r.rc == 0 and os.path.exists(img), r
             data = img.read_bytes()
-            h = F.Header.parse(data[:F.HEADER_SIZE], len(data))
+            h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
             assert h.nmodules >= 4
             heaps.append((h.heap_len, h.reloc_count,
                           data[h.heap_off:h.heap_off + h.heap_len],
@@ -153,7 +153,7 @@ class TestPatchedLoader:
     """A program that replaces part of the stock SourceFileLoader (an import
     hook rewriting code in source_to_code) gets its replacement's code, as
     with plain import: pycds neither archives code made while it was in
-    place nor serves archived code while it is (pycds._format.loader_patched)."""
+    place nor serves archived code while it is (pycds._pyc.loader_patched)."""
 
     MAIN = textwrap.dedent('''\
         import os
@@ -602,7 +602,7 @@ class TestProgramExceptions:
     """What the program raises while pycds's code runs inside an import (a
     signal handler, a trace function, its stack depth) propagates as out of
     plain import's code, and the archive stays in use: it is no fault of
-    the archive (pycds._format.program_raised)."""
+    the archive (pycds.errors.program_raised)."""
 
     MODULES = ["json", "email.message", "argparse", "decimal", "csv", "string",
                "textwrap", "calendar", "fractions", "difflib", "pprint", "shlex"]
@@ -650,7 +650,7 @@ class TestProgramExceptions:
                 pass
             def tracer(frame, event, arg):
                 if event == "call" and frame.f_code.co_name == "lookup" \\
-                        and frame.f_code.co_filename.endswith("_format.py"):
+                        and frame.f_code.co_filename.endswith("_archive.py"):
                     raise Stop("from the trace function")
                 return None
         """, "Stop")
@@ -661,8 +661,8 @@ class TestProgramExceptions:
         # "source is gone", the program's.
         r = self._import_under_tracer(tmp_path, """
             import inspect, sys
-            import pycds._format
-            src, first = inspect.getsourcelines(pycds._format.stat_or_none)
+            import pycds._pyc
+            src, first = inspect.getsourcelines(pycds._pyc.stat_or_none)
             at = first + next(i for i, line in enumerate(src)
                               if "return _stat(path)" in line)
             armed = [True]

@@ -7,7 +7,7 @@ from importlib.machinery import SourceFileLoader
 import pytest
 
 from conftest import import_state, run_python, uncache
-from pycds import _config, _format as F, finder
+from pycds import _archive, _config, finder
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def archived_pkg(tmp_path):
 
 
 def make_finder(img, check="mtime"):
-    return finder.CDSFinder(finder._Archive(F.Index.open(img), check))
+    return finder.CDSFinder(finder._Archive(_archive.Index.open(img), check))
 
 
 def placed(f):

@@ -2,7 +2,7 @@
 the order a SHARE run asks for them, not sys.modules' finishing order."""
 
 from conftest import run_python
-from pycds import _format as F
+from pycds import _archive
 
 # opkg's body imports its submodules: they finish before it does.
 TREE = {
@@ -28,7 +28,7 @@ def ours(names):
 
 
 def archived(img):
-    entries = F.Index.open(img).entries()
+    entries = _archive.Index.open(img).entries()
     assert [e.number for e in entries] == sorted(e.number for e in entries)
     return ours([name for _, name in sorted((e.chunk_off, e.name) for e in entries)])
 

@@ -340,8 +340,8 @@ def test_small_tails_go_back_together(tmp_path):
     img = str(tmp_path / "s.img")
     plain, dump, share = dump_and_share(["use.py"], tmp_path, img)
     assert share.rc == 0 and share.out == plain.out, share
-    from pycds import _format as F
-    index = F.Index.open(img)
+    from pycds import _archive
+    index = _archive.Index.open(img)
     tails = [index.lookup(f"small{i}") for i in range(40)]
     tail_bytes = sum(e.chunk_len - e.root_off for e in tails)
     assert max(e.chunk_len - e.root_off for e in tails) < 4096

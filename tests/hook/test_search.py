@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import import_state, run_python
-from pycds import _format as F, _search
+from pycds import _archive, _search
 
 PathFinder = importlib.machinery.PathFinder
 EXT = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -45,7 +45,7 @@ def tree(tmp_path):
     r = run_python(["-c", NOT_RACY + code], cwd=tmp_path / "img", PYCDSMODE="DUMP",
                    PYCDSARCHIVE=img)
     assert r.rc == 0, r
-    return early, base, F.Index.open(img)
+    return early, base, _archive.Index.open(img)
 
 
 def describe(spec):
@@ -168,7 +168,7 @@ class TestReplay:
         r = run_python(["-c", NOT_RACY + code], cwd=tmp_path, PYCDSMODE="DUMP",
                        PYCDSARCHIVE=img)
         assert r.rc == 0, r
-        index = F.Index.open(img)
+        index = _archive.Index.open(img)
         steps = index.lookup("cmod").search[0]
         asked = {"folder_earlier": 0, "folder_beside_module": 1,
                  "dangling_link_earlier": 0}[layout]
@@ -235,7 +235,7 @@ class TestReplay:
         r = run_python(["-c", "import fresh"], cwd=tmp_path, PYCDSMODE="DUMP",
                        PYCDSARCHIVE=img)
         assert r.rc == 0, r
-        index = F.Index.open(img)
+        index = _archive.Index.open(img)
         steps = index.lookup("fresh").search[0]
         assert steps[0][:2] == ("", str(tmp_path)) and steps[0][2] is None
         os.chdir(tmp_path)
@@ -266,7 +266,7 @@ class TestEndToEnd:
         img = str(tmp_path / "h.img")
         r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
         assert (r.rc, r.out) == (0, "done\n") and not r.warnings(), r
-        assert F.Index.open(img).lookup("hpkg.m") is not None
+        assert _archive.Index.open(img).lookup("hpkg.m") is not None
 
     def test_archive_in_the_script_directory(self, tmp_path):
         # The archive written next to the script moves that directory's

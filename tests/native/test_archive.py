@@ -11,7 +11,7 @@ import types
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pycds import _format as F
+from pycds import _archive, errors
 from pycds import _nativeapi as N
 from pycds import _writer as W
 from pycds.errors import NativeError
@@ -68,7 +68,7 @@ def archive_of(codes, tmp_path, name="t.img"):
     path, refused = T.write_archive(codes.items(), str(tmp_path), name)
     if refused:
         raise NativeError("; ".join(refused.values()))
-    index = F.Index.open(path)
+    index = _archive.Index.open(path)
     return index, N.NativeArchive(index.fd, index.header, N.layout_id())
 
 
@@ -371,7 +371,7 @@ class TestCorruption:
         e = index.lookup("x")
         index.close()
         flip_bits(path, h.heap_off + e.chunk_off + e.chunk_len // 2, 0x10)
-        index = F.Index.open(path)
+        index = _archive.Index.open(path)
         arch = N.NativeArchive(index.fd, index.header, index.meta["layout"])
         with pytest.raises(NativeError, match="checksum"):
             arch.load(index.lookup("x"))
@@ -393,15 +393,15 @@ class TestCorruption:
         index.close()
         with open(path, "r+b") as f:
             f.truncate(cut if cut >= 0 else size + cut)
-        with pytest.raises(F.FormatError):
-            F.Index.open(path)
+        with pytest.raises(errors.ArchiveFormatError):
+            _archive.Index.open(path)
 
     def test_loose_permissions_are_refused(self, tmp_path):
         code = compile("X = 1\n", "/v/x.py", "exec")
         index, _ = archive_of({"x": code}, tmp_path)
         os.chmod(index.path, 0o666)
-        with pytest.raises(F.FormatError, match="writable by group or others"):
-            F.Index.open(index.path)
+        with pytest.raises(errors.ArchiveFormatError, match="writable by group or others"):
+            _archive.Index.open(index.path)
 
 
 class TestHash:
@@ -488,8 +488,8 @@ class TestWriteAtomic:
 
 
 def test_status_codes_are_the_native_modules():
-    # pycds._format mirrors PYCDS_E_* of native/pycds_native.h.
+    # pycds.errors mirrors PYCDS_E_* of native/pycds_native.h.
     names = [n for n in dir(N.lib) if n.startswith("PYCDS_E_")]
     assert len(names) == 10
     for name in names:
-        assert getattr(F, name[len("PYCDS_"):]) == getattr(N.lib, name), name
+        assert getattr(errors, name[len("PYCDS_"):]) == getattr(N.lib, name), name

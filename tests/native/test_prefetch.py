@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pycds import _format as F
+from pycds import _archive
 from pycds import _nativeapi as N
 from pycds import _writer as W
 from pycds.errors import NativeError
@@ -131,7 +131,7 @@ class TestDamage:
         index.close()
         flip_bits(path, index.header.heap_off + victim.chunk_off + victim.chunk_len // 2,
                   0x40)
-        index = F.Index.open(path)
+        index = _archive.Index.open(path)
         arch = N.NativeArchive(index.fd, index.header, index.meta["layout"],
                                prefetch=1 << 20)
         for i, name in enumerate(names):
@@ -149,8 +149,8 @@ class TestDamage:
         index, _ = archive_of(codes, tmp_path)
         path, h = index.path, index.header
         index.close()
-        flip_bits(path, h.chunks_off + F.CHUNK_REC + 3)
-        index = F.Index.open(path)
+        flip_bits(path, h.chunks_off + _archive.CHUNK_REC + 3)
+        index = _archive.Index.open(path)
         with pytest.raises(NativeError, match="chunk table checksum mismatch"):
             N.NativeArchive(index.fd, index.header, index.meta["layout"])
         index.close()
@@ -169,14 +169,14 @@ class TestDamage:
         index.close()
         for k, v in fields.items():
             setattr(entries[victim], k, v)
-        table, h.chunks_sum = W.chunk_table(entries, h.archive_id, strict=False)
+        table, h.chunks_sum = _archive.chunk_table(entries, h.archive_id, strict=False)
         blob = bytearray(data)
         blob[h.chunks_off:h.chunks_off + len(table)] = table
-        blob[:F.HEADER_SIZE] = h.pack()
+        blob[:_archive.HEADER_SIZE] = h.pack()
         path = str(tmp_path / "resigned.img")
         with open(path, "wb") as f:
             f.write(blob)
-        index = F.Index.open(path)
+        index = _archive.Index.open(path)
         with pytest.raises(NativeError, match=f"chunk table entry {victim} out of range"):
             N.NativeArchive(index.fd, index.header, index.meta["layout"], prefetch=1 << 20)
         index.close()

@@ -682,8 +682,8 @@ class TestAddressSpaceLimit:
         img = str(tmp_path / "big.img")
         d = run_python(["big.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
         assert d.rc == 0, d
-        from pycds import _format
-        index = _format.Index.open(img)
+        from pycds import _archive
+        index = _archive.Index.open(img)
         heap = index.header.heap_len
         index.close()
         assert heap > 6 << 20, heap

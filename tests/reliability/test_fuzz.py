@@ -37,11 +37,11 @@ def test_fuzz_program_runs(base_archive):
 
 BATCH_CHILD = r"""
 import json, sys
-from pycds import _format as F, _nativeapi as N
+from pycds import _archive, _nativeapi as N, errors
 out = []
 for path in sys.argv[1:]:
     try:
-        idx = F.Index.open(path)
+        idx = _archive.Index.open(path)
         try:
             na = N.NativeArchive(idx.fd, idx.header, idx.meta.get("layout", ""),
                                  verify=True)
@@ -50,7 +50,7 @@ for path in sys.argv[1:]:
             out.append("loaded")
         finally:
             idx.close()
-    except (F.FormatError, ImportError, OverflowError, TypeError) as e:
+    except (errors.ArchiveFormatError, ImportError, OverflowError, TypeError) as e:
         out.append("refused")
 print(json.dumps(out))
 """

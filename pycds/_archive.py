@@ -1,30 +1,38 @@
-"""The archive file format: header, module index, and reading them cheaply.
+"""The archive file format: header, module index, chunk table; both sides.
 
 Specified byte by byte in docs/archive-format.md.  All integers are
-little-endian.  Sections, in file order::
+little-endian except the chunk table's (native order: the C loader reads its
+records as structs).  Sections, in file order::
 
     header | meta | bucket table | module entries | chunk table | heap | relocations
 
-The reading side runs at start-up, so this module imports only builtins
-(``_imp``, ``marshal``, ``os``, ``stat``, ``sys``, importlib's own modules) and reads with ``os.pread``: opening an
-archive reads the header, the meta block and the bucket table, nothing else;
-a lookup reads one entry.  Every part is checked before use: the header with
-a fixed-key hash, the rest with hashes keyed by the archive's random id, so a
-part of another archive (say, after the file was overwritten in place) never
-passes as part of this one.  Checksums use ``_imp.source_hash`` (the
-function PEP 552 uses for hash-based pycs: SipHash-1-3 from 3.11, SipHash-2-4
-on 3.10, so an archive is only ever verified by its own minor version); the heap is checked per
-module, in C, with XXH64.
+The reading side (:class:`Index`) runs at start-up, so this module imports
+only builtins and reads with ``os.pread``: opening an archive reads the
+header, the meta block and the bucket table, nothing else; a lookup reads
+one entry.  Every part is checked before use: the header with a fixed-key
+hash, the rest with hashes keyed by the archive's random id, so a part of
+another archive (say, after the file was overwritten in place) never passes
+as part of this one.  Checksums use ``_imp.source_hash`` (the function PEP
+552 uses for hash-based pycs: SipHash-1-3 from 3.11, SipHash-2-4 on 3.10, so
+an archive is only ever verified by its own minor version); the heap is
+checked per module, in C, with XXH64.  The writing side (:func:`layout`)
+lays out what pycds.dump collected; pycds._writer puts it in a file.  The
+meta block names the interpreter the archive is for
+(:func:`meta_for_this_interpreter`); a reader refuses an archive of another.
 """
 
-import _frozen_importlib_external as _bootstrap_external
 import _imp
 import marshal
 import os
 import stat
 import sys
+import time
 
-from _frozen_importlib_external import _RAW_MAGIC_NUMBER, SourceFileLoader
+from ._trust import check_trusted
+from .errors import ArchiveFormatError, ForeignArchiveError, program_raised
+
+__all__ = ["Header", "ModuleEntry", "Index", "layout", "checksum", "name_hash",
+           "meta_for_this_interpreter", "interpreter_tag"]
 
 MAGIC = b"PYCDS\x00ar"
 FORMAT_VERSION = 5
@@ -69,9 +77,6 @@ _SUM_AT = 248
 _HEADER_KEY = 0x50594344534844        # "PYCDSHD"
 _NAME_KEY = 0x50594344534e4d          # "PYCDSNM"
 
-# How the module's code reached the dump run (what plain import used).
-PYC_NONE, PYC_TIMESTAMP, PYC_CHECKED_HASH, PYC_UNCHECKED_HASH = 0, 1, 2, 3
-
 
 def _u(b, off, size):
     return int.from_bytes(b[off:off + size], "little")
@@ -82,202 +87,19 @@ def checksum(data, key):
     return int.from_bytes(_imp.source_hash(key & 0x7FFFFFFFFFFFFFFF, data), "little")
 
 
-# The code of pycds's modules has this directory in co_filename (importlib
-# sets it from the module's __file__, as for this one); importlib's own
-# frames (frozen; 3.10-3.13, also under -X frozen_modules=off) these names.
-_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
-_BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
-                    "<frozen importlib._bootstrap_external>")
-
-
-# Raised by whatever code runs when the program's stack or memory runs out.
-PROGRAM_STATE_ERRORS = (RecursionError, MemoryError)
-
-# The native module's status codes (PYCDS_E_* in native/pycds_native.h;
-# tests/native/test_archive.py checks them against the built module).
-E_NOMEM = -1        # out of memory
-E_UNSUPPORTED = -2  # an object no archive can hold
-E_TOODEEP = -3      # constants nested too deep
-E_TOOBIG = -4       # a module's objects exceed 4 GiB
-E_IO = -5           # a read or map of the archive failed
-E_CORRUPT = -6      # a checksum or bounds check failed
-E_FOREIGN = -7      # made by another interpreter build
-E_STATE = -8        # the module failed before, or is being loaded
-E_ARG = -9          # an argument out of range
-E_PYTHON = -10      # a Python C-API call failed
-
-# Bound at import, as importlib binds posix.stat: a program that replaces
-# os.stat (mock.patch) changes neither what plain import sees nor this.
-_stat = os.stat
-
-
-def import_native(search_path=None):
-    """``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``
-    (the native module's, which imports it by name), and the program's view
-    of ``_cffi_backend`` left as it was.
-
-    Where the program has imported a ``_cffi_backend``, the native module
-    uses that one.  Else pycds's is loaded from ``search_path`` (the search
-    path as start-up left it, where pycds and its dependencies were found),
-    not from what the program's ``sys.path`` names now -- a
-    ``_cffi_backend`` beside its script, a vendored cffi put first -- and
-    taken out of ``sys.modules`` again once the native module has it (the
-    library stays loaded): the program's own ``import _cffi_backend`` is
-    then plain import's.  (Left: a thread of the program importing
-    ``_cffi_backend`` during those ~2 ms of the first archive hit gets
-    pycds's: the native module's init imports it by name through
-    ``sys.modules``.)  The module's import lock is held meanwhile, so that
-    a thread's import of it already under way finishes first, and is the
-    one used.  The program's audit hooks see the import
-    (``_bootstrap._load`` raises the "import" event) and may refuse it.
-    Raises ImportError where it cannot be loaded."""
-    api = sys.modules.get(__package__ + "._nativeapi")
-    if api is not None:
-        return api
-    import _frozen_importlib as _bootstrap
-    with _bootstrap._ModuleLockManager("_cffi_backend"):
-        if "_cffi_backend" in sys.modules:
-            from . import _nativeapi
-            return _nativeapi
-        spec = None
-        if search_path:
-            spec = _bootstrap_external.PathFinder.find_spec("_cffi_backend",
-                                                            list(search_path))
-        if spec is not None:
-            ours = _bootstrap._load(spec)
-        else:
-            import _cffi_backend as ours
-        try:
-            from . import _nativeapi
-        finally:
-            if sys.modules.get("_cffi_backend") is ours:
-                del sys.modules["_cffi_backend"]
-    return _nativeapi
-
-
-def program_raised(e):
-    """Whether ``e``, caught around pycds's own work in an import (an index
-    lookup, a ``stat``, a read, a native load or release), is the program's
-    rather than a fault of the archive or of pycds: so it must propagate,
-    as it would out of plain import's code, and the archive stays in use.
-
-    - ``RecursionError`` and ``MemoryError``: the state of the program (its
-      stack depth, its memory), met by whatever code runs at that moment.
-    - An exception whose innermost frame is not pycds's: Python code of the
-      program ran inside pycds's and raised, as a signal handler does (it
-      runs in the main thread between two bytecodes of whatever code is
-      running, importlib's or pycds's alike, and a system call it
-      interrupts raises what the handler raised, PEP 475: a ``SIGALRM``
-      timeout's ``TimeoutError`` out of ``os.stat``), or a trace function.
-      pycds's own failures (a ``pread`` of a damaged file, a checksum, the
-      native module's errors, a bug) have a frame of pycds innermost, or of
-      importlib when loading the native module fails.
-
-    (Not applied while the native module loads: what the program raises
-    there, say its audit hook refusing ``_cffi_backend``, is a reason
-    not to use the archive; ``pycds.finder._Archive.load_code``.)"""
-    if isinstance(e, PROGRAM_STATE_ERRORS):
-        return True
-    tb = e.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    filename = tb.tb_frame.f_code.co_filename
-    return not (filename.startswith(_PACKAGE_DIR) or filename in _BOOTSTRAP_FILES)
-
-
-def stat_or_none(path):
-    """``os.stat(path)`` (as bound at import), or None where it fails; what
-    the program raised meanwhile (:func:`program_raised`) propagates."""
-    try:
-        return _stat(path)
-    except (OSError, ValueError) as e:
-        if program_raised(e):
-            raise
-        return None
-
-
-def source_hash(data):
-    """The PEP 552 source hash of ``data`` (as importlib.util.source_hash)."""
-    return _imp.source_hash(_RAW_MAGIC_NUMBER, data)
-
-
-def pyc_source_checked(checked):
-    """Whether plain import compares the source's hash with a hash-based
-    .pyc's, given the .pyc's check_source flag ``checked``: checked pycs
-    under ``_imp.check_hash_based_pycs`` "default", every one under
-    "always", none under "never" (SourceLoader.get_code in
-    importlib/_bootstrap_external.py, 3.10-3.13)."""
-    policy = _imp.check_hash_based_pycs
-    return policy == "always" or (policy == "default" and bool(checked))
-
-
-# What plain import does with a .pyc for its source (classify_pyc).
-PYC_VALID, PYC_UNCHECKED, PYC_INVALID = range(3)
-
-
-def classify_pyc(head, st, src_hash):
-    """What plain import does with the ``.pyc`` whose first 16 bytes are
-    ``head`` (None: no .pyc, or unreadable) for the source of stat ``st``
-    and hash ``src_hash`` (:func:`source_hash`; None where not known), as
-    SourceLoader.get_code does (_classify_pyc, _validate_timestamp_pyc,
-    _validate_hash_pyc in importlib/_bootstrap_external.py, 3.10-3.13):
-    :data:`PYC_VALID` it runs the .pyc, whose header is valid for the source
-    (a timestamp .pyc of its mtime in seconds and size, a checked hash-based
-    one of its hash); :data:`PYC_UNCHECKED` it runs a hash-based .pyc it
-    does not check against the source, whatever the source holds;
-    :data:`PYC_INVALID` it compiles the source (a checked hash-based .pyc
-    with ``src_hash`` None is taken for one)."""
-    if head is None or len(head) < 16 or head[:4] != _bootstrap_external.MAGIC_NUMBER:
-        return PYC_INVALID
-    flags = int.from_bytes(head[4:8], "little")
-    if flags & ~0b11:
-        return PYC_INVALID
-    if flags & 0b1:
-        if not pyc_source_checked(flags & 0b10):
-            return PYC_UNCHECKED
-        return PYC_VALID if src_hash is not None and head[8:16] == src_hash else PYC_INVALID
-    if (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
-            or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
-        return PYC_INVALID
-    return PYC_VALID
-
-
-def _loader_parts():
-    # What SourceLoader.get_code (importlib/_bootstrap_external.py,
-    # 3.10-3.13) makes a module's code with, as a program may replace them:
-    # the methods it calls on the loader, the function that unmarshals a
-    # .pyc.  (Module-level helpers it calls besides are internal details no
-    # import hook replaces.)
-    cls = SourceFileLoader
-    return (cls.get_code, cls.source_to_code, cls.get_data, cls.path_stats,
-            _bootstrap_external._compile_bytecode)
-
-
-# As they were when pycds started (this module is imported from the .pth
-# line, before the program runs; by pycds._dump when called).
-_STOCK_LOADER = _loader_parts()
-
-
-def loader_patched():
-    """Whether the program has replaced a part of the stock
-    ``SourceFileLoader`` that plain import's ``get_code`` uses (a
-    ``source_to_code`` that rewrites code, say): code made or archived then
-    is not what the stock loader makes, so pycds neither archives nor serves
-    it."""
-    return _loader_parts() != _STOCK_LOADER
-
-
 def name_hash(name):
     """Bucket hash of a module name (independent of PYTHONHASHSEED)."""
     return checksum(name.encode("utf-8", "surrogatepass"), _NAME_KEY)
 
 
+# ---- the interpreter an archive is for --------------------------------------
+
 def meta_for_this_interpreter():
-    """The interpreter facts an archive must match, checkable without the
-    native module.  The native layout id (image build and object layout) is
-    added by the writer and checked by the native loader."""
+    """The interpreter facts an archive's meta block must match, as a dict
+    of str to builtins: version, build, ``-O`` level, byte order, column
+    positions.  Checkable without the native module; the native layout id
+    (image build and object layout) is added by the writer and checked by
+    the native loader."""
     return {
         "version": sys.version,
         "hexversion": sys.hexversion,
@@ -288,22 +110,15 @@ def meta_for_this_interpreter():
     }
 
 
-# The environment variable in which the first SHARE process of a process
-# tree names its interpreter facts (interpreter_tag) for the processes it
-# starts, which inherit its archive through PYCDSARCHIVE.
-SHARE_SESSION_VAR = "PYCDS_SHARE_SESSION"
-
 _tag = None
 
 
 def interpreter_tag():
-    """16 hex digits naming this process's interpreter facts (what an
-    archive's meta block must match: :func:`meta_for_this_interpreter`), as
-    they were at the first call (start-up in DUMP and SHARE runs).  A child
-    process whose tag is not its DUMP session's does not write over the
-    session's archive (pycds.dump); one whose tag is not its SHARE
-    session's takes an archive made for another interpreter quietly
-    (pycds.finder.install)."""
+    """16 hex digits naming this process's facts, as they were at the first
+    call (start-up in DUMP and SHARE runs).  A child process whose tag is
+    not its DUMP session's does not write over the session's archive
+    (pycds.dump); one whose tag is not its SHARE session's takes an archive
+    made for another interpreter quietly (pycds.finder.install)."""
     global _tag
     if _tag is None:
         facts = repr(sorted(meta_for_this_interpreter().items()))
@@ -317,15 +132,13 @@ _debug_ranges = None
 def debug_ranges():
     """Whether code objects made in this process keep column positions
     (3.11+): ``-X no_debug_ranges`` and ``PYTHONNODEBUGRANGES`` (set and
-    not empty, unless ``-E``) make ``_PyCode_New`` drop them, so that plain
-    import's code, its tracebacks and ``co_positions()`` have none.  The
-    rule is the configuration's own (``config_read_complex_options`` in
+    not empty, unless ``-E``) make ``_PyCode_New`` drop them.  The rule is
+    the configuration's own (``config_read_complex_options`` in
     Python/initconfig.c, 3.11-3.13), applied once, at the first call (at
     start-up in SHARE and DUMP runs, before the program can change its
     environment): reading it off a code object would need ``__code__`` or a
-    frame, which audit hooks see (``object.__getattr__``) and a sandbox may
-    refuse.  A DUMP records what its code objects have
-    (:func:`code_debug_ranges`)."""
+    frame, which audit hooks see and a sandbox may refuse.  A DUMP records
+    what its code objects have (:func:`code_debug_ranges`)."""
     global _debug_ranges
     if _debug_ranges is None:
         if sys.version_info < (3, 11):
@@ -345,15 +158,7 @@ def code_debug_ranges(code):
     return positions is None or any(p[2] is not None for p in positions())
 
 
-class FormatError(Exception):
-    """Raised by the reader with a one-line reason (turned into a warning)."""
-
-
-class ForeignArchive(FormatError):
-    """A sound archive made for another interpreter: another Python version
-    or build, another ``-O`` or ``-X no_debug_ranges``, another pycds
-    archive format."""
-
+# ---- the reading side ---------------------------------------------------
 
 class Header:
     """The parsed 256-byte header."""
@@ -363,33 +168,33 @@ class Header:
     @classmethod
     def parse(cls, b, file_len, check_version=True):
         if len(b) < HEADER_SIZE:
-            raise FormatError(f"file is {len(b)} bytes, shorter than a header")
+            raise ArchiveFormatError(f"file is {len(b)} bytes, shorter than a header")
         if b[:8] != MAGIC:
-            raise FormatError("not a pycds archive (bad magic)")
+            raise ArchiveFormatError("not a pycds archive (bad magic)")
         h = cls()
         for name, off, size in _FIELDS[1:]:
             setattr(h, name, _u(b, off, size))
         h.magic = b[:8]
         if h.format != FORMAT_VERSION:
-            raise ForeignArchive(f"archive format {h.format}, this pycds reads "
+            raise ForeignArchiveError(f"archive format {h.format}, this pycds reads "
                                  f"format {FORMAT_VERSION}")
         # Checked before the checksum: _imp.source_hash is SipHash-2-4 on
         # 3.10 and SipHash-1-3 from 3.11 on, so another version's header
         # could not even be verified; say which version made it instead.
         if check_version and h.py_hexversion >> 16 != sys.hexversion >> 16:
-            raise ForeignArchive(
+            raise ForeignArchiveError(
                 f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
                 f"this is Python {sys.version_info[0]}.{sys.version_info[1]}")
         if _u(b, _SUM_AT, 8) != checksum(b[:_SUM_AT], _HEADER_KEY):
             if (h.py_hexversion >= 0x030B0000) != (sys.hexversion >= 0x030B0000):
                 # Not damage: the other side of the SipHash change (above).
-                raise ForeignArchive(
+                raise ForeignArchiveError(
                     f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
                     f"whose checksums this Python {sys.version_info[0]}."
                     f"{sys.version_info[1]} cannot verify; read it with that version")
-            raise FormatError("header checksum mismatch")
+            raise ArchiveFormatError("header checksum mismatch")
         if h.file_len != file_len:
-            raise FormatError(f"file is {file_len} bytes, header says {h.file_len} "
+            raise ArchiveFormatError(f"file is {file_len} bytes, header says {h.file_len} "
                               f"(truncated or appended to)")
         for off, length in ((h.meta_off, h.meta_len),
                             (h.buckets_off, h.nbuckets * 8),
@@ -398,11 +203,11 @@ class Header:
                             (h.heap_off, h.heap_len),
                             (h.reloc_off, h.reloc_count * 4)):
             if off < HEADER_SIZE or off + length > file_len:
-                raise FormatError("section outside the file")
+                raise ArchiveFormatError("section outside the file")
         # (The writer makes at least 8 and twice the modules: a lookup
         # always ends at an empty bucket.)
         if h.nbuckets < 1 or h.nbuckets & (h.nbuckets - 1) or h.nbuckets < h.nmodules:
-            raise FormatError("bad bucket table size")
+            raise ArchiveFormatError("bad bucket table size")
         return h
 
     def pack(self):
@@ -458,9 +263,9 @@ class ModuleEntry:
 class Index:
     """Read side of an archive: header checked, lookups by module name.
 
-    ``Index.open(path)`` raises :class:`FormatError` with the reason when the
-    archive cannot be used; it never reads more than the header, the meta
-    block and the bucket table.
+    ``Index.open(path)`` raises :class:`~pycds.errors.ArchiveFormatError`
+    with the reason when the archive cannot be used; it never reads more
+    than the header, the meta block and the bucket table.
     """
 
     def __init__(self, path, fd, header, meta, buckets, foreign=None, file_id=None):
@@ -486,28 +291,29 @@ class Index:
         bucket table are read: the first entry read opens the file again
         (:meth:`descriptor`), and the native handle then moves it out of
         the program's way (native/descriptor.c; :meth:`adopt`).  Raises
-        :class:`FormatError` (:class:`ForeignArchive`)."""
+        :class:`~pycds.errors.ArchiveFormatError`
+        (:class:`~pycds.errors.ForeignArchiveError`)."""
         try:
             # O_NONBLOCK: opening a FIFO (or a device) put at the archive
             # path must not block start-up; it is refused as not a regular
             # file just below.  No effect on regular files.
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
-            raise FormatError(e.strerror or str(e)) from None
+            raise ArchiveFormatError(e.strerror or str(e)) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise FormatError("not a regular file")
+                raise ArchiveFormatError("not a regular file")
             if check_owner:
                 check_trusted(st, path)
             h = Header.parse(os.pread(fd, HEADER_SIZE, 0), st.st_size,
                              check_version=check_interpreter)
             meta_b = os.pread(fd, h.meta_len, h.meta_off)
             if checksum(meta_b, h.archive_id) != h.meta_sum:
-                raise FormatError("meta checksum mismatch")
+                raise ArchiveFormatError("meta checksum mismatch")
             meta = marshal.loads(meta_b)
             if type(meta) is not dict:
-                raise FormatError("meta block is not a dict")
+                raise ArchiveFormatError("meta block is not a dict")
             here = meta_for_this_interpreter()
             foreign = None
             for key, value in here.items():
@@ -519,22 +325,22 @@ class Index:
                                f"{meta[key]!r}, this is {value!r})")
                 if foreign is not None:
                     if check_interpreter:
-                        raise ForeignArchive(foreign)
+                        raise ForeignArchiveError(foreign)
                     break
             buckets = os.pread(fd, h.nbuckets * 8, h.buckets_off)
             if len(buckets) != h.nbuckets * 8 or \
                     checksum(buckets, h.archive_id) != h.buckets_sum:
-                raise FormatError("bucket table checksum mismatch")
+                raise ArchiveFormatError("bucket table checksum mismatch")
             if out_of_the_way:
                 os.close(fd)
                 fd = -1
             return cls(path, fd, h, meta, buckets, foreign, (st.st_dev, st.st_ino))
-        except FormatError:
+        except ArchiveFormatError:
             os.close(fd)
             raise
         except (OSError, ValueError, EOFError, TypeError) as e:
             os.close(fd)
-            raise FormatError(f"unreadable ({e})") from None
+            raise ArchiveFormatError(f"unreadable ({e})") from None
 
     def lookup(self, name):
         """Return the :class:`ModuleEntry` for ``name``, or None."""
@@ -553,7 +359,7 @@ class Index:
             if int.from_bytes(b[at:at + 4], "little") == tag:
                 entry = self._read_entry(off)
                 if entry is None:
-                    raise FormatError("index entry fails its checksum (archive "
+                    raise ArchiveFormatError("index entry fails its checksum (archive "
                                       "corrupt, or replaced while in use)")
                 if entry.name == name:
                     return entry
@@ -592,7 +398,7 @@ class Index:
             length = int.from_bytes(os.pread(self.descriptor(), 4, h.entries_off + off), "little")
             entry = self._read_entry(off)
             if entry is None or length < 12:
-                raise FormatError(f"bad index entry at {off}")
+                raise ArchiveFormatError(f"bad index entry at {off}")
             out.append(entry)
             off += length
         return out
@@ -611,7 +417,7 @@ class Index:
             return False
         try:
             rec = self.chunk_record(entry.number)
-        except FormatError:
+        except ArchiveFormatError:
             return False
         if rec != (entry.chunk_off, entry.chunk_len, entry.root_off,
                    entry.reloc_first, entry.reloc_count, entry.chunk_sum):
@@ -640,9 +446,9 @@ class Index:
         table's own checksum is checked by the loader)."""
         b = self._chunk_table()[number * CHUNK_REC:(number + 1) * CHUNK_REC]
         if len(b) != CHUNK_REC or not 0 <= number < self.header.nmodules:
-            raise FormatError(f"no chunk-table record for module {number}")
+            raise ArchiveFormatError(f"no chunk-table record for module {number}")
         import struct      # not at start-up: only verify reads records
-        # native byte order (pycds/_writer.py, chunk_table)
+        # native byte order (chunk_table)
         r = struct.unpack("=QIIQIIQ", b)
         return (r[0], r[1], r[2], r[3], r[4], r[6])
 
@@ -664,12 +470,12 @@ class Index:
         opened ``out_of_the_way`` opens the file again.  Where the path
         names another file by then (a dump renamed a new archive over it;
         nothing was read from this one yet), that archive is taken, checked
-        as at start-up.  Raises :class:`FormatError`, or OSError where the
+        as at start-up.  Raises :class:`ArchiveFormatError`, or OSError where the
         file cannot be opened."""
         if self.fd >= 0:
             return self.fd
         if not self._reopen:
-            raise FormatError("archive closed")
+            raise ArchiveFormatError("archive closed")
         self._reopen = False
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
@@ -699,67 +505,101 @@ class Index:
         self.fd = -1
 
 
-# Symbolic links followed before giving up (the kernel's limit, MAXSYMLINKS).
-_MAX_LINKS = 40
+# ---- the writing side --------------------------------------------------
+
+_ORDER = sys.byteorder
+_ZERO4 = bytes(4)
 
 
-def _check_directory(path):
-    """Refuse an archive that others could replace: one reached through a
-    directory writable by others without the sticky bit (as /tmp has) --
-    any directory name resolution passes through, from ``/`` down, including
-    those holding the symbolic links on the way, whose links others could
-    change.  One ``lstat`` a path component."""
-    def check(d, mode):
-        if mode & 0o002 and not mode & 0o1000:
-            raise FormatError(f"its directory {d} is writable by others "
-                              f"(mode {mode & 0o7777:o}, no sticky bit)")
-
-    def lstat(p):
-        try:
-            return os.lstat(p)
-        except OSError as e:
-            raise FormatError(f"cannot stat {p} ({e.strerror})") from None
-
-    cur = os.sep
-    check(cur, lstat(cur).st_mode)
-    parts = os.path.abspath(path).split(os.sep)[1:]
-    links = 0
-    while parts:
-        name = parts.pop(0)
-        if name in ("", "."):
-            continue
-        if name == "..":
-            cur = os.path.dirname(cur)     # cur has no links: its real parent
-            continue
-        nxt = os.path.join(cur, name)
-        st = lstat(nxt)
-        if stat.S_ISLNK(st.st_mode):
-            links += 1
-            if links > _MAX_LINKS:
-                raise FormatError(f"too many symbolic links in {path}")
-            try:
-                target = os.readlink(nxt)
-            except OSError as e:
-                raise FormatError(f"cannot read the link {nxt} ({e.strerror})") from None
-            if target.startswith(os.sep):
-                cur = os.sep
-            parts[:0] = target.split(os.sep)
-        elif parts:
-            check(nxt, st.st_mode)     # a directory on the way
-            cur = nxt
+def chunk_table(entries, archive_id, strict=True):
+    """The chunk table of ``entries`` (record i describes ``entries[i]``)
+    and its checksum.  Raises ValueError if the entries are not numbered
+    0..n-1 with their chunks in increasing heap order; with ``strict=False``
+    (for tests that write damaged archives) values are stored as given,
+    truncated to their fields' widths."""
+    from ._nativeapi import hash64
+    recs = []
+    end = 0
+    m32, m64 = (1 << 32) - 1, (1 << 64) - 1
+    for i, e in enumerate(entries):
+        if strict and (e.number != i or e.chunk_off < end or e.chunk_len > m32
+                       or e.root_off > m32 or e.reloc_count > m32):
+            raise ValueError(f"module entry {i} ({e.name}) out of order")
+        end = e.chunk_off + e.chunk_len
+        # struct.pack("=QIIQIIQ", ...), without importing struct (DUMP's
+        # exit cost)
+        recs += [(e.chunk_off & m64).to_bytes(8, _ORDER),
+                 (e.chunk_len & m32).to_bytes(4, _ORDER),
+                 (e.root_off & m32).to_bytes(4, _ORDER),
+                 (e.reloc_first & m64).to_bytes(8, _ORDER),
+                 (e.reloc_count & m32).to_bytes(4, _ORDER), _ZERO4,
+                 (e.chunk_sum & m64).to_bytes(8, _ORDER)]
+    table = b"".join(recs)
+    return table, hash64(table, archive_id)
 
 
-def check_trusted(st, path):
-    """Raise :class:`FormatError` for an archive at ``path`` (of stat ``st``)
-    that others could have written or could replace: what SHARE refuses."""
-    _check_owner(st)
-    _check_directory(path)
+def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
+           strict=True):
+    """Lay out an archive.  Returns ``(header, parts)`` where ``parts`` is a
+    list of ``(offset, bytes)`` for meta, buckets, entries and the chunk
+    table; the heap and relocations go at ``header.heap_off`` /
+    ``header.reloc_off``.  Needs the native module (the chunk table's
+    checksum is XXH64).  ``strict``: see :func:`chunk_table`."""
+    n = len(entries)
+    nbuckets = 8
+    while nbuckets < 2 * n:
+        nbuckets *= 2
+    meta_b = marshal.dumps(meta)
+    blobs = []
+    offsets = []
+    pos = 0
+    for e in entries:
+        payload = marshal.dumps(e.to_tuple())
+        rec = (len(payload) + 12).to_bytes(4, "little") + \
+            checksum(payload, archive_id).to_bytes(8, "little") + payload
+        offsets.append(pos)
+        blobs.append(rec)
+        pos += len(rec)
+    entries_b = b"".join(blobs)
+    buckets = bytearray(b"\xff" * (nbuckets * 8))
+    mask = nbuckets - 1
+    for e, off in zip(entries, offsets):
+        h = name_hash(e.name)
+        i = h & mask
+        while buckets[i * 8 + 4:i * 8 + 8] != b"\xff\xff\xff\xff":
+            i = (i + 1) & mask
+        buckets[i * 8:i * 8 + 4] = (h >> 32).to_bytes(4, "little")
+        buckets[i * 8 + 4:i * 8 + 8] = off.to_bytes(4, "little")
+    buckets = bytes(buckets)
+
+    h = Header()
+    h.magic = MAGIC
+    h.format = FORMAT_VERSION
+    h.header_size = HEADER_SIZE
+    h.archive_id = archive_id
+    h.created_ns = time.time_ns()
+    h.nmodules = n
+    h.flags = flags
+    h.py_hexversion = sys.hexversion
+    h.meta_off = HEADER_SIZE
+    h.meta_len = len(meta_b)
+    h.buckets_off = _align(h.meta_off + h.meta_len, 8)
+    h.nbuckets = nbuckets
+    h.entries_off = h.buckets_off + len(buckets)
+    h.entries_len = len(entries_b)
+    table, h.chunks_sum = chunk_table(entries, archive_id, strict)
+    h.chunks_off = _align(h.entries_off + h.entries_len, 8)
+    h.heap_off = _align(h.chunks_off + len(table), PAGE)
+    h.heap_len = heap_len
+    h.reloc_off = _align(h.heap_off + heap_len, 8)
+    h.reloc_count = reloc_count
+    h.file_len = h.reloc_off + 4 * reloc_count
+    h.meta_sum = checksum(meta_b, archive_id)
+    h.buckets_sum = checksum(buckets, archive_id)
+    parts = [(h.meta_off, meta_b), (h.buckets_off, buckets),
+             (h.entries_off, entries_b), (h.chunks_off, table)]
+    return h, parts
 
 
-def _check_owner(st):
-    """Archives are code: refuse one that others could have written."""
-    if st.st_mode & 0o022:
-        raise FormatError(f"writable by group or others (mode {st.st_mode & 0o777:o})")
-    uid = os.getuid()
-    if st.st_uid != uid and st.st_uid != 0:
-        raise FormatError(f"owned by uid {st.st_uid}, not by this user ({uid}) or root")
+def _align(x, a):
+    return (x + a - 1) // a * a
