@@ -10,10 +10,14 @@
                        ``pycds._dump(LIST, ARCHIVE)`` in a fresh interpreter
                        does (plus the few modules this command line itself
                        imports, such as argparse)
+``bench [options] -- COMMAND [ARG ...]``  run a command line plain and
+                       under SHARE, side by side; report the times and
+                       their ratios (``python -m pycds bench -h``)
 
 Exit status: 0 on success, 1 when ``verify`` finds stale modules, damaged
 parts or a file SHARE would refuse, 2 when the archive cannot be read
-(``info``, ``verify``) or written (``dump``).
+(``info``, ``verify``) or written (``dump``); ``bench`` has its own (see
+its help).
 """
 
 import argparse
@@ -145,6 +149,8 @@ def main(argv=None):
     p.add_argument("list")
     p.add_argument("archive")
     p.set_defaults(func=cmd_dump)
+    from . import _bench
+    _bench.add_parser(sub)
     args = ap.parse_args(argv)
     return args.func(args)
 

@@ -1,4 +1,4 @@
-"""``python -m pycds.bench``: start-up and import benchmarks of pycds.
+"""``python benchmarks/bench.py``: start-up and import benchmarks of pycds.
 
 Runs, with one command, every measurement of docs/performance.md, each in
 fresh interpreters, variants interleaved rep by rep so that machine noise
@@ -26,13 +26,15 @@ hits them alike; reports medians and the median of per-rep ratios:
              PSS per process from /proc/PID/smaps_rollup.
 ``dump``     archive size per module and DUMP run time vs a plain run.
 
-Imports only the standard library (matplotlib, optional, for ``--chart``).
-Never imported by the import hook.  Typical use::
+Imports the standard library and the installed pycds (run it with an
+interpreter where pycds is installed; matplotlib, optional, for
+``--chart``).  Not part of the package: ``python -m pycds bench -- CMD``
+is the users' command for their own program.  Typical use::
 
-    python -m pycds.bench                       # everything (~10 min on 2 busy cores)
-    python -m pycds.bench --quick               # fewer repetitions (~1.5 min)
-    python -m pycds.bench --sections inproc,wall --workloads json,all
-    python -m pycds.bench --peer-python /venv-cds/bin/python --chart out.png
+    python benchmarks/bench.py                  # everything (~10 min on 2 busy cores)
+    python benchmarks/bench.py --quick          # fewer repetitions (~1.5 min)
+    python benchmarks/bench.py --sections inproc,wall --workloads json,all
+    python benchmarks/bench.py --peer-python /venv-cds/bin/python --chart out.png
 """
 
 import argparse
@@ -41,11 +43,16 @@ import marshal
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+try:
+    from pycds import _format as F
+    from pycds._bench import interleave, median as _med, ratio as _ratio, run as _run
+except ImportError as e:
+    sys.exit(f"benchmarks/bench.py needs pycds installed in this interpreter: {e}")
 
 WORKLOADS = {
     "json": "json",
@@ -225,53 +232,6 @@ def _env(**extra):
     return env
 
 
-def _run(argv, env, cwd=None, timeout=600):
-    """Run ``argv``; return (wall seconds, cpu seconds, stdout, stderr, rc).
-
-    CPU time is user+sys of the child from wait4 (less sensitive than wall
-    time to other processes on a shared machine).  Children run in the temp
-    directory unless told otherwise: run from a source checkout, ``-c``
-    code would import that checkout's ``pycds`` (no native module built for
-    the interpreter under test) instead of the installed one."""
-    if cwd is None:
-        cwd = tempfile.gettempdir()
-    r, w = os.pipe()
-    r2, w2 = os.pipe()
-    t0 = time.perf_counter()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=[
-        (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w2, 2),
-        (os.POSIX_SPAWN_CLOSE, r), (os.POSIX_SPAWN_CLOSE, r2),
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
-    os.close(w)
-    os.close(w2)
-    out = _read_all(r, r2)
-    _, status, ru = os.wait4(pid, 0)
-    wall = time.perf_counter() - t0
-    rc = os.waitstatus_to_exitcode(status)
-    return wall, ru.ru_utime + ru.ru_stime, out[0], out[1], rc
-
-
-def _read_all(r, r2):
-    import selectors
-    sel = selectors.DefaultSelector()
-    bufs = {r: [], r2: []}
-    sel.register(r, selectors.EVENT_READ)
-    sel.register(r2, selectors.EVENT_READ)
-    open_fds = 2
-    while open_fds:
-        for key, _ in sel.select():
-            data = os.read(key.fd, 65536)
-            if data:
-                bufs[key.fd].append(data)
-            else:
-                sel.unregister(key.fd)
-                os.close(key.fd)
-                open_fds -= 1
-    sel.close()
-    return (b"".join(bufs[r]).decode("utf-8", "replace"),
-            b"".join(bufs[r2]).decode("utf-8", "replace"))
-
-
 def _checked(res, what):
     wall, cpu, out, err, rc = res
     if rc != 0:
@@ -288,27 +248,11 @@ class Variant:
         self.env = env
 
 
-def _med(xs):
-    return statistics.median(xs) if xs else float("nan")
-
-
 def _interleave(variants, make_argv, reps, parse, label):
-    """Run each variant ``reps`` times, rotating the order each rep.
-    Returns {variant name: [parsed results]}."""
-    out = {v.name: [] for v in variants}
-    for v in variants:   # warm-up: page cache, .pyc files, archives
-        _checked(_run(make_argv(v), v.env), f"{label} {v.name}")
-    for i in range(reps):
-        order = variants[i % len(variants):] + variants[:i % len(variants)]
-        for v in order:
-            res = _checked(_run(make_argv(v), v.env), f"{label} {v.name}")
-            out[v.name].append(parse(res))
-    return out
-
-
-def _ratio(a, b):
-    """Median of the per-rep ratios a[i]/b[i]."""
-    return _med([x / y for x, y in zip(a, b) if y])
+    """Run each variant ``reps`` times, rotating the order each rep, after a
+    warm-up run of each.  Returns {variant name: [parsed results]}."""
+    return interleave(variants, reps, lambda v: parse(
+        _checked(_run(make_argv(v), v.env), f"{label} {v.name}")))
 
 
 class Bench:
@@ -543,7 +487,6 @@ def _hold_n(v, code, n):
 
 
 def _archive_sizes(img):
-    from . import _format as F
     idx = F.Index.open(img, check_owner=False)
     try:
         entries = idx.entries()
@@ -730,7 +673,7 @@ def chart(results, path, extra=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m pycds.bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python benchmarks/bench.py", description=__doc__.split("\n")[0])
     p.add_argument("--python", default=sys.executable,
                    help="interpreter with pycds installed (default: this one)")
     p.add_argument("--peer-python", default="",
@@ -771,6 +714,13 @@ def main(argv=None):
     args.startup_reps = args.startup_reps or (40 if args.quick else 200)
     args.memory_reps = 1 if args.quick else 3
     args.dump_reps = args.dump_reps or (3 if args.quick else 11)
+    # Children start in the temp directory: in a source checkout, `-c` code
+    # would import that checkout's pycds (no native module built for the
+    # interpreter under test) instead of the installed one.
+    for name in ("python", "peer_python", "json", "chart"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
+    os.chdir(tempfile.gettempdir())
     results = Bench(args).run()
     text = report(results)
     print(text)
