@@ -39,7 +39,6 @@ is the users' command for their own program.  Typical use::
 
 import argparse
 import ast
-import marshal
 import os
 import platform
 import shutil
@@ -49,7 +48,7 @@ import tempfile
 import time
 
 try:
-    from pycds import _format as F
+    from pycds import _archive
     from pycds._bench import interleave, median as _med, ratio as _ratio, run as _run
 except ImportError as e:
     sys.exit(f"benchmarks/bench.py needs pycds installed in this interpreter: {e}")
@@ -487,7 +486,7 @@ def _hold_n(v, code, n):
 
 
 def _archive_sizes(img):
-    idx = F.Index.open(img, check_owner=False)
+    idx = _archive.Index.open(img, check_owner=False)
     try:
         entries = idx.entries()
         pyc = 0

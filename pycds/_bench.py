@@ -290,8 +290,8 @@ def _bench(args, argv, exe, archive, temporary, progress):
             raise _Failed("DUMP run", rc, err)
         if not os.path.exists(archive):
             progress.clear()
-            print(f"pycds bench: the DUMP run wrote no archive: the command must run "
-                  f"a Python with pycds installed that exits normally (atexit)",
+            print("pycds bench: the DUMP run wrote no archive: the command must run "
+                  "a Python with pycds installed that exits normally (atexit)",
                   file=sys.stderr)
             return 1
     times = {"plain": [], "SHARE": []}    # the timed runs so far
@@ -371,11 +371,12 @@ def _differences(plain, share):
 def _archive_facts(path):
     """(modules, bytes) of the archive at ``path``; None for what cannot
     be read (an archive of another CPython version has its module count)."""
-    from . import _format as F
+    from ._archive import Index
+    from .errors import ArchiveFormatError
     try:
         size = os.path.getsize(path)
-        idx = F.Index.open(path, check_owner=False, check_interpreter=False)
-    except (OSError, F.FormatError):
+        idx = Index.open(path, check_owner=False, check_interpreter=False)
+    except (OSError, ArchiveFormatError):
         return None, None
     try:
         return idx.header.nmodules, size

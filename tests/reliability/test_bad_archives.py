@@ -18,7 +18,7 @@ import pytest
 from conftest import Run, clean_env, run_python
 from _rel import archive_dir, base_archive, dump, fuzz_archive, refused, share  # noqa: F401
 
-F = fuzz_archive.F
+from pycds import _archive
 
 
 def _write(path, data, mode=0o644):
@@ -49,8 +49,8 @@ class TestTruncated:
     def test_truncated(self, base_archive, archive_dir, where):
         work, _, data, plain, _ = base_archive
         s = _sections(data)
-        cut = {"0": 0, "1": 1, "header-1": F.HEADER_SIZE - 1,
-               "header": F.HEADER_SIZE, "meta": s["meta"][0] + 3,
+        cut = {"0": 0, "1": 1, "header-1": _archive.HEADER_SIZE - 1,
+               "header": _archive.HEADER_SIZE, "meta": s["meta"][0] + 3,
                "entries": s["entries"][0] + s["entries"][1] // 2,
                "heap-start": s["heap"][0],
                "heap-mid": s["heap"][0] + s["heap"][1] // 2,
@@ -102,12 +102,12 @@ class TestBitFlips:
         """A flip in the index entry of any module the program imports."""
         work, _, data, plain, served = base_archive
         s = _sections(data)
-        h = F.Header.parse(data[:F.HEADER_SIZE], len(data))
+        h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
         ents = data[h.entries_off:h.entries_off + h.entries_len]
         off, targets = 0, []
         while off < len(ents):
             length = int.from_bytes(ents[off:off + 4], "little")
-            e = F.ModuleEntry(*marshal.loads(ents[off + 12:off + length]))
+            e = _archive.ModuleEntry(*marshal.loads(ents[off + 12:off + length]))
             if e.name in ("fuzzpkg", "json.decoder"):
                 targets.append(s["entries"][0] + off + 12 + length // 3)
             off += length
@@ -251,15 +251,15 @@ class TestForeign:
         name the archive lacks probes each bucket once and ends (it looped
         for ever), and the program runs as plain."""
         work, _, data, plain, _ = base_archive
-        h = F.Header.parse(data[:F.HEADER_SIZE], len(data))
+        h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
         b = bytearray(data[h.buckets_off:h.buckets_off + 8 * h.nbuckets])
         for at in range(0, len(b), 8):
-            if int.from_bytes(b[at + 4:at + 8], "little") == F.EMPTY:
+            if int.from_bytes(b[at + 4:at + 8], "little") == _archive.EMPTY:
                 b[at:at + 8] = (0x12345678).to_bytes(4, "little") + bytes(4)
-        h.buckets_sum = F.checksum(bytes(b), h.archive_id)
+        h.buckets_sum = _archive.checksum(bytes(b), h.archive_id)
         out = bytearray(data)
         out[h.buckets_off:h.buckets_off + len(b)] = b
-        out[:F.HEADER_SIZE] = h.pack()
+        out[:_archive.HEADER_SIZE] = h.pack()
         path = _write(archive_dir / "full.img", bytes(out))
         args = ["-c", "import tabnanny, fuzzpkg.shapes; print(tabnanny.__name__)"]
         r = share(work, path, args=args, PYCDSVERBOSE=1, timeout=60)
