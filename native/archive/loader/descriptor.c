@@ -20,7 +20,7 @@
  * no Python thread sees the limit raised or changes it meanwhile.  (Until
  * the first archive hit, SHARE holds no descriptor: pycds/_format.py.)
  */
-#include "pycds_internal.h"
+#include "archive.h"
 
 #include <errno.h>
 #include <fcntl.h>
