@@ -1,17 +1,26 @@
 """Build script: the pure-Python package, two cffi API-mode extensions, and the .pth hook.
 
-- ``native/build_native.py:ffibuilder`` builds ``pycds._native`` (the archiver and loader).
-- ``native/build_bf16.py:ffibuilder`` builds ``pycds.bf16._kernels`` (bf16 conversion and sbgemm).
+- ``native/archive/build.py:ffibuilder`` builds ``pycds._native`` (the archive writer and loader).
+- ``native/bf16/build.py:ffibuilder`` builds ``pycds.bf16._kernels`` (bf16 conversion and sbgemm).
+- The version is ``pycds.__version__``, read from ``pycds/__init__.py`` (the one place it is
+  written; the native build stamps the same string into ``pycds._native``).
 - ``pycds.pth`` is copied to the root of the build tree so that it lands in site-packages
   (the technique pytest-cov uses); it is inert unless ``PYCDSMODE`` is set.
 """
 
 import os
+import re
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def package_version():
+    """``__version__`` of pycds/__init__.py, read as text (not importable yet)."""
+    with open(os.path.join(HERE, "pycds", "__init__.py"), encoding="utf-8") as f:
+        return re.search(r'^__version__\s*=\s*"([^"]+)"', f.read(), re.M).group(1)
 
 
 class BuildWithPTH(build_py):
@@ -31,19 +40,19 @@ class BuildWithPTH(build_py):
 
 setup(
     name="pycds",
-    version="0.1.0",
+    version=package_version(),
     description="Start-up accelerator for CPython: archive code objects, mmap them, import in place",
     python_requires=">=3.10",
     packages=["pycds", "pycds.bf16"],
     package_data={"pycds.bf16": ["data/*"]},
     cffi_modules=[
-        "native/build_native.py:ffibuilder",
-        "native/build_bf16.py:ffibuilder",
+        "native/archive/build.py:ffibuilder",
+        "native/bf16/build.py:ffibuilder",
     ],
     install_requires=["cffi>=1.16", "numpy>=1.24", "ml_dtypes>=0.3", "safetensors>=0.4"],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "flask>=2", "boto3>=1.26",
-                 "xxhash>=3"],   # the reference XXH64 for native/hash.c
+                 "xxhash>=3"],   # the reference XXH64 for native/archive/common/hash.c
         "examples": ["flask>=2", "boto3>=1.26"],
     },
     cmdclass={"build_py": BuildWithPTH},

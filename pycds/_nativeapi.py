@@ -19,7 +19,7 @@ except ImportError as e:
     raise ImportError(
         f"pycds._native is not built for this interpreter in {_here} ({e}); if that is a "
         f"source checkout (the working directory shadows the installed pycds), run from "
-        f"another directory, or build it in place with 'python native/build_native.py'",
+        f"another directory, or build it in place with 'python native/archive/build.py'",
         name="pycds._native") from e
 
 if ffi.string(lib.pycds_build_version()).decode() != __version__:
@@ -115,10 +115,14 @@ class NativeArchive:
 
     def __init__(self, fd, header, layout, verify=False, prefetch=0, release=1):
         out = ffi.new("pycds_archive **")
-        _check(lib.pycds_archive_open(
-            fd, header.heap_off, header.heap_len, header.reloc_off,
-            header.reloc_count, header.chunks_off, header.chunks_sum,
-            header.nmodules, header.archive_id, layout.encode(), out), "open")
+        layout_id = ffi.new("char[]", layout.encode())   # alive for the call
+        h = ffi.new("pycds_archive_header *", {
+            "heap_off": header.heap_off, "heap_len": header.heap_len,
+            "reloc_off": header.reloc_off, "reloc_count": header.reloc_count,
+            "chunks_off": header.chunks_off, "chunks_sum": header.chunks_sum,
+            "nmodules": header.nmodules, "seed": header.archive_id,
+            "layout_id": layout_id})
+        _check(lib.pycds_archive_open(fd, h, out), "open")
         self._a = out[0]
         _check(lib.pycds_archive_set_verify(self._a, bool(verify)), "verify")
         if prefetch:

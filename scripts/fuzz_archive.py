@@ -181,7 +181,7 @@ class Model:
 
     def chunk_sum(self, e):
         """XXH64 of e's chunk then its relocation entries, as the writer
-        computes it (native/writer.c, pycds_writer_add); the stored sum if
+        computes it (native/archive/writer/writer.c, pycds_writer_add); the stored sum if
         e's ranges are outside the sections (the range check fires first)."""
         seed = self.header.archive_id
         if e.chunk_off + e.chunk_len > len(self.heap) or \
@@ -223,7 +223,7 @@ def entry_of(model, name):
 # The PyCodeObject fields that marshal never reads from a .pyc but the code
 # object's constructor computes or starts empty (Include/cpython/code.h of
 # each version): the re-signed mutations below damage them, and the load
-# must refuse the result under PYCDSVERIFY=1 (native/layout/layout_3XX.h,
+# must refuse the result under PYCDSVERIFY=1 (native/archive/common/layout/layout_3XX.h,
 # pycds_layout_check_object).  (int fields, pointer fields; the mutations
 # write 4 bytes at an int field's offset: 3.11's co_warmup is a short, and
 # adding 1 to the 4 bytes there adds 1 to it.)

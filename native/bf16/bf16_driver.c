@@ -42,7 +42,7 @@
 #define ROW_CHUNKS_PER_THREAD 4
 #define PANEL_CHUNKS_PER_THREAD 2
 #define DIRECT_MAX_PANELS 8  /* read A in place up to this many panels */
-#define MIN_FLOPS_PER_THREAD (1LL << 24)  /* ~0.1 ms of work */
+#define MIN_FLOPS_PER_THREAD (1LL << 24)  /* work worth a thread's wake-up */
 
 /* ---- dispatch ---------------------------------------------------------- */
 
@@ -929,9 +929,9 @@ worker(void *arg)
 
 /* ---- worker pool ----------------------------------------------------------
  *
- * Starting a thread per call costs ~40 us here, which a network of fifty
- * convolutions pays fifty times per image; so, like OpenBLAS and OpenMP
- * runtimes, sbgemm keeps its workers.  They sleep on a condition variable
+ * Starting a thread per call would be paid by every layer of a network,
+ * once per image; so, like OpenBLAS and OpenMP runtimes, sbgemm keeps its
+ * workers.  They sleep on a condition variable
  * between calls (no spinning), keep their packing buffers, block every
  * signal, and are never joined (they end with the process).  One call owns
  * the pool at a time; a concurrent call (another Python thread: cffi
@@ -1089,6 +1089,63 @@ scale_c(int64_t m, int64_t n, float beta, float *c, int64_t ldc)
     }
 }
 
+/* C := beta*C (plus the fused post-ops) when there are no products to add
+ * (K == 0 or alpha == 0): the BLAS quick return (reference sgemm;
+ * OpenBLAS's level-3 driver), A and B not read, so inf or NaN in them (or
+ * a NaN alpha with K == 0) does not reach C.  Fused: the post-ops of zero. */
+static void
+no_products(int64_t m, int64_t n, float beta, float *c, int64_t ldc,
+            const epilogue_t *ep)
+{
+    if (ep == NULL) {
+        scale_c(m, n, beta, c, ldc);
+        return;
+    }
+    float zero[64] = {0};
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j += 64) {
+            epilogue_scalar(ep, zero, 0, i, 1, j, (int)(n - j < 64 ? n - j : 64));
+        }
+    }
+}
+
+/* Split g (its d, ep, m, n and k set) into chunks for the threads: sets
+ * g->split_n, g->chunk and g->nchunks, returns how many threads to run.
+ * Rows are split when there are enough of them: each thread then packs
+ * only its own rows of A and shares the packed B.  Few rows (inference
+ * batches, or < 4 tiles per thread with many panels): the B panels are
+ * split instead, so B crosses the memory bus once. */
+static int
+plan_chunks(gemm_t *g)
+{
+    const bf16k_kernel_desc *d = g->d;
+    const int64_t panels = ceil_div(g->n, d->nr);
+    const int64_t tiles = ceil_div(g->m, d->mr);
+    double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    int nt = get_num_threads();
+    if (flops < (double)MIN_FLOPS_PER_THREAD * 2) {
+        nt = 1;
+    }
+    g->split_n = tiles < 2 * (int64_t)nt
+        || (tiles < 4 * (int64_t)nt && panels >= 4 * (int64_t)nt);
+    if (nt == 1) {
+        g->split_n = 0;
+        g->chunk = g->m;        /* one chunk: the whole product */
+    } else if (g->split_n) {
+        g->chunk = ceil_div(panels, (int64_t)nt * PANEL_CHUNKS_PER_THREAD);
+    } else {
+        int64_t t = ceil_div(tiles, (int64_t)nt * ROW_CHUNKS_PER_THREAD);
+        g->chunk = (t < MC_TILES ? t : MC_TILES) * d->mr;
+    }
+    if (g->ep != NULL && !g->split_n && g->chunk > (int64_t)MC_TILES * d->mr) {
+        /* Fused: a chunk's fp32 C lives in per-worker scratch; keep it to
+         * one A block of rows so that it stays in cache. */
+        g->chunk = (int64_t)MC_TILES * d->mr;
+    }
+    g->nchunks = ceil_div(g->split_n ? panels : g->m, g->chunk);
+    return nt > g->nchunks ? (int)g->nchunks : nt;
+}
+
 static int
 layout_id(const bf16k_kernel_desc *d)
 {
@@ -1131,34 +1188,10 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
             || (k > 0 && (a == NULL || bp == NULL))) {
         return BF16K_E_ARG;
     }
-    if ((k == 0 || alpha == 0.0f) && ep == NULL) {
-        /* BLAS quick return (reference sgemm; OpenBLAS's level-3 driver):
-         * C := beta*C, A and B not read, so inf or NaN in them (or a NaN
-         * alpha with K == 0) does not reach C. */
-        scale_c(m, n, beta, c, ldc);
-        return BF16K_OK;
-    }
     if (k == 0 || alpha == 0.0f) {
-        /* No products (as above): the post-ops of zero. */
-        float zero[64] = {0};
-        for (int64_t i = 0; i < m; i++) {
-            for (int64_t j = 0; j < n; j += 64) {
-                epilogue_scalar(ep, zero, 0, i, 1, j, (int)(n - j < 64 ? n - j : 64));
-            }
-        }
+        no_products(m, n, beta, c, ldc, ep);
         return BF16K_OK;
     }
-    const int64_t panels = ceil_div(n, d->nr);
-    const int64_t tiles = ceil_div(m, d->mr);
-    double flops = 2.0 * (double)m * (double)n * (double)k;
-    int nt = get_num_threads();
-    if (flops < (double)MIN_FLOPS_PER_THREAD * 2) {
-        nt = 1;
-    }
-    /* Split rows when there are enough of them: each thread then packs
-     * only its own rows of A and shares the packed B.  Few rows (inference
-     * batches, or < 4 tiles per thread with many panels): split the B
-     * panels instead, so B crosses the memory bus once. */
     gemm_t g;
     g.d = d;
     g.ep = ep;
@@ -1173,26 +1206,7 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
     g.bp = bp;
     g.c = c;
     g.ldc = ldc;
-    g.split_n = tiles < 2 * (int64_t)nt
-        || (tiles < 4 * (int64_t)nt && panels >= 4 * (int64_t)nt);
-    if (nt == 1) {
-        g.split_n = 0;
-        g.chunk = m;        /* one chunk: the whole product */
-    } else if (g.split_n) {
-        g.chunk = ceil_div(panels, (int64_t)nt * PANEL_CHUNKS_PER_THREAD);
-    } else {
-        int64_t t = ceil_div(tiles, (int64_t)nt * ROW_CHUNKS_PER_THREAD);
-        g.chunk = (t < MC_TILES ? t : MC_TILES) * d->mr;
-    }
-    if (ep != NULL && !g.split_n && g.chunk > (int64_t)MC_TILES * d->mr) {
-        /* Fused: a chunk's fp32 C lives in per-worker scratch; keep it to
-         * one A block of rows so that it stays in cache. */
-        g.chunk = (int64_t)MC_TILES * d->mr;
-    }
-    g.nchunks = ceil_div(g.split_n ? panels : m, g.chunk);
-    if (nt > g.nchunks) {
-        nt = (int)g.nchunks;
-    }
+    int nt = plan_chunks(&g);
     atomic_init(&g.next, 0);
     atomic_init(&g.rc, BF16K_OK);
 

@@ -60,7 +60,7 @@ try:
 except ImportError as exc:  # the native module is part of the product
     raise ImportError(
         f"pycds.bf16._kernels is not built ({exc}); build it with "
-        f"'python native/build_bf16.py' (in-place) or 'pip install .'",
+        f"'python native/bf16/build.py' (in-place) or 'pip install .'",
         name="pycds.bf16._kernels",
     ) from exc
 

@@ -1,4 +1,4 @@
-"""Memory given back once a module body ran (native/release.c).
+"""Memory given back once a module body ran (native/archive/loader/release.c).
 
 Every SHARE child of the suite runs with PYCDSRELEASE=protect (conftest):
 the pages given back are made inaccessible, so a use of anything released
@@ -475,7 +475,7 @@ print(grew, pycds.stats()["served"])
                         hasattr(sys, "gettotalrefcount")
                         or "-DNDEBUG" not in (sysconfig.get_config_var("CFLAGS") or "")),
                     reason="3.12+ debug or assertion builds intern a heap copy of each new "
-                           "name (native/layout/layout_312.h)")
+                           "name (native/archive/common/layout/layout_312.h)")
 def test_new_names_are_interned_in_place(tmp_path):
     """2000 names no module interned before: plain import allocates a string
     object for each (unmarshal); a served module's own strings become the

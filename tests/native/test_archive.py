@@ -429,7 +429,7 @@ class TestHash:
 def _has_fallocate(directory):
     """Whether the file system of ``directory`` has fallocate(2) (ramfs and
     some FUSE and network file systems do not: the writer then does
-    without, native/file.c)."""
+    without, native/archive/writer/file.c)."""
     import ctypes
     import errno
     libc = ctypes.CDLL(None, use_errno=True)
@@ -447,7 +447,7 @@ def _has_fallocate(directory):
 
 class TestWriteAtomic:
     """pycds/_writer.write_atomic allocates the file's blocks before writing
-    (native/file.c), keeping its size and content as the writes make them."""
+    (native/archive/writer/file.c), keeping its size and content as the writes make them."""
 
     def test_blocks_are_allocated_before_anything_is_written(self, tmp_path):
         if not _has_fallocate(tmp_path):
@@ -488,7 +488,7 @@ class TestWriteAtomic:
 
 
 def test_status_codes_are_the_native_modules():
-    # pycds.errors mirrors PYCDS_E_* of native/pycds_native.h.
+    # pycds.errors mirrors PYCDS_E_* of native/archive/pycds_native.h.
     names = [n for n in dir(N.lib) if n.startswith("PYCDS_E_")]
     assert len(names) == 10
     for name in names:

@@ -1,4 +1,4 @@
-"""The read-ahead thread (native/prefetch.c): stage 1 of the modules after
+"""The read-ahead thread (native/archive/loader/prefetch.c): stage 1 of the modules after
 the one being imported runs on another CPU.  Whatever it does, every module
 must come out exactly as without it, a damaged chunk must be reported by
 the importing thread, and fork() must leave neither a stuck module nor a
@@ -98,7 +98,7 @@ class TestSameObjects:
         names = list(codes)
         arch.load(index.lookup(names[0]))
         rc = N.lib.pycds_archive_set_verify(arch._a, 1)
-        assert rc == -8     # PYCDS_E_STATE (native/archive.h)
+        assert rc == -8     # PYCDS_E_STATE (native/archive/loader/archive.h)
         assert "before the first load" in N.ffi.string(N.lib.pycds_last_error()).decode()
         assert same_code(codes[names[1]], arch.load(index.lookup(names[1])))
         index.close()
@@ -328,7 +328,7 @@ with tempfile.TemporaryDirectory() as d:
         T.wait_prefetched(arch, i, timeout=2.0)
     end = time.monotonic() + 10
     while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < end:
-        time.sleep(0.05)        # the thread exits once idle (native/prefetch.c)
+        time.sleep(0.05)        # the thread exits once idle (native/archive/loader/prefetch.c)
     print(arch.prefetched(), thread_arenas_kib() - before)
 '''
 

@@ -277,7 +277,7 @@ class TestForeign:
 
 class TestStructuralChecks:
     """Re-signed structural damage: the checksums pass, the checks in C
-    (native/loader.c: ranges, relocation bounds and kinds, verify_chunk)
+    (native/archive/loader/: ranges, relocation bounds and kinds, verify_chunk)
     must refuse."""
 
     def _resigned(self, data, mutate):
@@ -351,7 +351,7 @@ def _shift_slot(m, e, kind, delta, which=-1):
 
 class TestObjectFields:
     """Re-signed damage to what marshal never reads from a .pyc but the
-    constructors compute (native/layout/layout_3XX.h,
+    constructors compute (native/archive/common/layout/layout_3XX.h,
     pycds_layout_check_object): refused under PYCDSVERIFY=1 on every
     version.  3.12 and 3.13 had no such check until a review crashed them
     with a code object's co_nlocalsplus and a str's UTF-8 pointer."""

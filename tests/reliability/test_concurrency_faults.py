@@ -617,7 +617,7 @@ class TestAddressSpaceLimit:
     first failure (out of memory) once wrote its message into _Thread_local
     storage, which glibc allocates lazily in a dlopen'd module and, failing
     that, aborts the process: exit 127 "cannot allocate memory for
-    thread-local data" (native/errors.c)."""
+    thread-local data" (native/archive/common/errors.c)."""
 
     APP = textwrap.dedent("""\
         import sys, json, decimal, argparse, email.message, http.client, textwrap

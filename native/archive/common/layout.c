@@ -130,9 +130,27 @@ unsupported(PyObject *op)
                       Py_TYPE(op)->tp_name);
 }
 
+/* Bytes of a compact str (the only form a .pyc gives): its header, then its
+ * code units and a NUL.  The same in every supported version. */
+static size_t
+compact_str_size(PyObject *op)
+{
+    size_t len = (size_t)PyUnicode_GET_LENGTH(op);
+    if (PyUnicode_IS_ASCII(op)) {
+        return sizeof(PyASCIIObject) + len + 1;
+    }
+    return sizeof(PyCompactUnicodeObject) + (len + 1) * PyUnicode_KIND(op);
+}
+
 /* Each layout header defines the reference count archived objects get
  * (3.10/3.11: one no program brings to zero; 3.12+: immortal). */
 static void set_refcnt(pycds_writer *w, uint64_t off);
+
+/* The references of the copy at off of code object src: its ob_type slot
+ * and its pointer fields (the layout header's PYCDS_CODE_PTR_FIELDS), each
+ * target copied or referred to. */
+static int copy_code_refs(pycds_writer *w, uint64_t off, PyCodeObject *src,
+                          int depth);
 
 /* Copy an object's memory and set up its header: reference count and the
  * ob_type relocation.  Enough for objects without pointers to fix or caches
@@ -183,6 +201,23 @@ copy_bytes(pycds_writer *w, PyObject *op, uint64_t *off)
     _Py_COMP_DIAG_POP
     return copy_type_slot(w, *off, op);
 }
+
+#if PY_VERSION_HEX >= 0x030B0000
+/* Zero the alignment padding between _co_firsttraceable (an int) and
+ * co_extra of the code copy c, which init_code never writes
+ * (Objects/codeobject.c, 3.11-3.13): the copy took whatever the allocation
+ * held before, and no stale process memory may reach the archive, whose
+ * bytes are then the same for the same code. */
+static void
+zero_code_padding(PyCodeObject *c)
+{
+    memset((char *)c + offsetof(PyCodeObject, _co_firsttraceable)
+               + sizeof(c->_co_firsttraceable),
+           0, offsetof(PyCodeObject, co_extra)
+                  - offsetof(PyCodeObject, _co_firsttraceable)
+                  - sizeof(c->_co_firsttraceable));
+}
+#endif
 
 /* ---- helpers of pycds_layout_check_object ------------------------------
  *
@@ -369,6 +404,27 @@ check_str(PyObject *op)
 #  include "layout/layout_310.h"
 #endif
 
+static int
+copy_code_refs(pycds_writer *w, uint64_t off, PyCodeObject *src, int depth)
+{
+    int rc = copy_type_slot(w, off, (PyObject *)src);
+#define COPY_FIELD(f)                                                   \
+    if (rc == PYCDS_OK) {                                               \
+        rc = pycds_w_slot(w, off + offsetof(PyCodeObject, f),           \
+                          (PyObject *)src->f, depth);                   \
+    }
+    PYCDS_CODE_PTR_FIELDS(COPY_FIELD)
+#undef COPY_FIELD
+    return rc;
+}
+
+/* The same test in every supported version. */
+int
+pycds_layout_str_interned(PyObject *op)
+{
+    return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
+}
+
 /* Every layout header defines copy_str, copy_long and copy_code for its
  * version; bytes, floats, complexes and tuples are alike in all. */
 int
@@ -506,8 +562,9 @@ static_offsets_hash(void)
     return pycds_hash64(deltas, sizeof(deltas), 0);
 }
 
-int
-pycds_layout_describe(char *buf, size_t cap)
+/* Text describing the layout facts an archive depends on. */
+static int
+describe_layout(char *buf, size_t cap)
 {
     int n = snprintf(buf, cap, "%s;hex=%08lx;build=%s;statics=%016llx;%s",
                      PYCDS_LAYOUT_NAME, (unsigned long)PY_VERSION_HEX,
@@ -518,6 +575,21 @@ pycds_layout_describe(char *buf, size_t cap)
         return pycds_fail(PYCDS_E_ARG, "layout id buffer too small");
     }
     return PYCDS_OK;
+}
+
+int
+pycds_layout_id(char *buf, size_t cap)
+{
+    if (buf == NULL || cap == 0) {
+        return pycds_fail(PYCDS_E_ARG, "no buffer for the layout id");
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = pycds_image_init();
+    if (rc == PYCDS_OK) {
+        rc = describe_layout(buf, cap);
+    }
+    PyGILState_Release(g);
+    return rc;
 }
 
 /* ---- what the loader's structural check needs to know ----------------- */

@@ -8,22 +8,16 @@
  * says which objects a .pyc produces and Tools/scripts/deepfreeze.py shows
  * how 3.11 lays out static code objects.
  *
- * 3.11 has no immortal objects: archived objects get a reference count so
- * large that no program brings it to zero (PYCDS_REFCNT), so they are never
- * deallocated.  Tuples are GC types: they get a zeroed (untracked) PyGC_Head.
+ * 3.11 has no immortal objects (layout_310_311.h: reference counts, and the
+ * str layout it shares with 3.10).  Tuples are GC types: they get a
+ * zeroed (untracked) PyGC_Head.
  */
 #include "internal/pycore_gc.h"
 #include "internal/pycore_code.h"
 
-#define PYCDS_LAYOUT_NAME "cpython-3.11"
-#define PYCDS_STR2(x) #x
-#define PYCDS_STR(x) PYCDS_STR2(x)
-#define PYCDS_LAYOUT_SIZES                                         \
-    "code=" PYCDS_STR(SIZEOF_VOID_P) "/"                           \
-    "gc=" PYCDS_STR(SIZEOF_VOID_P)
+#include "layout/layout_310_311.h"
 
-#define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
-#define PYCDS_TAIL_REFCNT PYCDS_REFCNT     /* the same for tail objects */
+#define PYCDS_LAYOUT_NAME "cpython-3.11"
 
 /* Pointer fields of PyCodeObject copied with the code object; order matches
  * Include/cpython/code.h.  Fields not listed are scalars copied as they are,
@@ -32,54 +26,6 @@
     X(co_consts) X(co_names) X(co_exceptiontable)                  \
     X(co_localsplusnames) X(co_localspluskinds) X(co_filename)     \
     X(co_name) X(co_qualname) X(co_linetable)
-
-static void
-set_refcnt(pycds_writer *w, uint64_t off)
-{
-    PyObject *copy = (PyObject *)pycds_w_at(w, off);
-    copy->ob_refcnt = PYCDS_REFCNT;
-}
-
-static int
-copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
-{
-    if (!PyUnicode_IS_READY(op) || !PyUnicode_IS_COMPACT(op)) {
-        return pycds_fail(PYCDS_E_UNSUPPORTED, "str is not in compact form");
-    }
-    Py_ssize_t len = PyUnicode_GET_LENGTH(op);
-    size_t size;
-    if (PyUnicode_IS_ASCII(op)) {
-        size = sizeof(PyASCIIObject) + (size_t)len + 1;
-    }
-    else {
-        size = sizeof(PyCompactUnicodeObject)
-               + ((size_t)len + 1) * PyUnicode_KIND(op);
-    }
-    int rc = copy_raw(w, op, size, 0, off);
-    if (rc) {
-        return rc;
-    }
-    set_refcnt(w, *off);
-    PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, *off);
-    a->hash = -1;
-    /* PyUnicode_New sets the state bit-fields one by one and never writes
-     * the unnamed 24 bits nor the padding up to wstr: rebuild the state in
-     * zeroed memory, so the archive holds no uninitialised bytes.  interned
-     * stays 0 (SSTATE_NOT_INTERNED). */
-    unsigned int kind = a->state.kind, compact = a->state.compact;
-    unsigned int ascii = a->state.ascii, ready = a->state.ready;
-    memset((char *)a + offsetof(PyASCIIObject, state), 0,
-           offsetof(PyASCIIObject, wstr) - offsetof(PyASCIIObject, state));
-    a->state.kind = kind;
-    a->state.compact = compact;
-    a->state.ascii = ascii;
-    a->state.ready = ready;
-    rc = reset_str_caches(w, op, *off);
-    if (rc) {
-        return rc;
-    }
-    return copy_type_slot(w, *off, op);
-}
 
 static int
 copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
@@ -133,17 +79,7 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     }
     set_refcnt(w, *off);
     PyCodeObject *c = (PyCodeObject *)pycds_w_at(w, *off);
-    /* The alignment padding between _co_firsttraceable (an int) and
-     * co_extra is never written by init_code (Objects/codeobject.c, 3.11):
-     * the copy took whatever the allocation held before.  Zero it, so no
-     * stale process memory reaches the archive, whose bytes are then the
-     * same for the same code (valgrind: uninitialised bytes hashed by
-     * pycds_hash64 and written by pwrite).  As layout_312.h does. */
-    memset((char *)c + offsetof(PyCodeObject, _co_firsttraceable)
-               + sizeof(c->_co_firsttraceable),
-           0, offsetof(PyCodeObject, co_extra)
-                  - offsetof(PyCodeObject, _co_firsttraceable)
-                  - sizeof(c->_co_firsttraceable));
+    zero_code_padding(c);
     /* Per-process state starts as a fresh unmarshal leaves it. */
     c->co_warmup = QUICKENING_INITIAL_WARMUP_VALUE;
     c->_co_linearray_entry_size = 0;
@@ -164,21 +100,8 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
             return rc;
         }
     }
-    rc = copy_type_slot(w, *off, op);
-#define COPY_FIELD(f)                                                   \
-    if (rc == PYCDS_OK) {                                               \
-        rc = pycds_w_slot(w, *off + offsetof(PyCodeObject, f),          \
-                          src->f, depth);                               \
-    }
-    PYCDS_CODE_PTR_FIELDS(COPY_FIELD)
-#undef COPY_FIELD
+    rc = copy_code_refs(w, *off, src, depth);
     return rc;
-}
-
-int
-pycds_layout_str_interned(PyObject *op)
-{
-    return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
 }
 
 int

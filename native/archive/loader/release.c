@@ -33,7 +33,7 @@
  *      anonymous reservation (a later read would see zeros; nothing reads).
  *      A page the arena may still grow into is kept.
  * Anything unexpected -- a pointer from before the tail into it other than
- * an INTERN slot (loader.c, list_fixups), an object in the walk that is not
+ * an INTERN slot (relocate.c, fill_fixups), an object in the walk that is not
  * one a chunk holds, a pointer into the middle of one -- keeps the whole
  * tail: a re-signed archive that breaks the writer's layout loses memory,
  * never objects.  A released module is never
@@ -44,7 +44,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 typedef struct {
@@ -216,18 +215,10 @@ mark_alive(uint8_t *tail, uint64_t len, tail_obj *v, size_t n)
     return ret;
 }
 
-int
-pycds_release_pages(pycds_archive *a, uintptr_t lo, size_t len)
-{
-    return a->release_mode == PYCDS_RELEASE_PROTECT
-        ? mprotect((void *)lo, len, PROT_NONE)
-        : madvise((void *)lo, len, MADV_DONTNEED);
-}
-
 /* Give back the pages [lo, hi) of the tails' arena (byte offsets, whole
  * pages): on the read-ahead thread, once the imports pause, when there is
- * one (prefetch.c: each call costs ~10 us and a TLB flush on every CPU the
- * program runs on), else now.  A failure leaves the pages where they are. */
+ * one (prefetch.c: each call flushes the TLB of every CPU the program runs
+ * on), else now.  A failure leaves the pages where they are. */
 static uint64_t
 give_back(pycds_archive *a, uint64_t lo, uint64_t hi)
 {

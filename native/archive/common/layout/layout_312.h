@@ -49,8 +49,7 @@
  *     interns mortal (_PyUnicode_InternMortal), so the loader calls
  *     _PyUnicode_InternImmortal as unmarshal does: a mortal name in a code
  *     object is freed by CPython 3.13.0's keyword-argument suggestions,
- *     which drop references to co_varnames items they never took (a crash
- *     found with test_scope).  A tail's str, and any in a debug build, is
+ *     which drop references to co_varnames items they never took.  A tail's str, and any in a debug build, is
  *     never made the interned one (pycds_layout_intern gives the slot an
  *     interpreter-owned copy): code in _PyUnicode_ClearInterned that makes
  *     SSTATE_INTERNED_IMMORTAL strings mortal again at exit (debug builds,
@@ -104,7 +103,7 @@
 
 /* Objects of a module's tail (writer.c) are mortal, so that the loader can
  * tell whether anything holds them once the module body has run
- * (loader.c, pycds_archive_release); the rest are immortal.  The tail count
+ * (release.c, pycds_archive_release); the rest are immortal.  The tail count
  * is one no program brings to zero nor into the immortal range: Py_INCREF
  * (Include/object.h, 64-bit) adds to the low 32 bits only, which start at
  * 2^30, far below the 2^31 where _Py_IsImmortal() would say immortal;
@@ -227,16 +226,7 @@ copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
     if (!PyUnicode_IS_COMPACT(op)) {
         return pycds_fail(PYCDS_E_UNSUPPORTED, "str is not in compact form");
     }
-    Py_ssize_t len = PyUnicode_GET_LENGTH(op);
-    size_t size;
-    if (PyUnicode_IS_ASCII(op)) {
-        size = sizeof(PyASCIIObject) + (size_t)len + 1;
-    }
-    else {
-        size = sizeof(PyCompactUnicodeObject)
-               + ((size_t)len + 1) * PyUnicode_KIND(op);
-    }
-    int rc = copy_raw(w, op, size, 0, off);
+    int rc = copy_raw(w, op, compact_str_size(op), 0, off);
     if (rc) {
         return rc;
     }
@@ -245,9 +235,9 @@ copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
     a->hash = -1;
     /* PyUnicode_New sets the state bit-fields one by one and never writes
      * the unnamed 24 bits nor the padding after them: rebuild the state in
-     * zeroed memory, so the archive holds no uninitialised bytes (valgrind
-     * flagged them).  interned stays 0 (SSTATE_NOT_INTERNED) and
-     * statically_allocated 0: the copy is a heap string. */
+     * zeroed memory, so the archive holds no uninitialised bytes.  interned
+     * stays 0 (SSTATE_NOT_INTERNED) and statically_allocated 0: the copy is
+     * a heap string. */
     unsigned int kind = a->state.kind, compact = a->state.compact;
     unsigned int ascii = a->state.ascii;
     memset((char *)a + offsetof(PyASCIIObject, state), 0,
@@ -313,7 +303,7 @@ initial_cache(int base)
  * (Python/specialize.c, 3.12 and 3.13); a deoptimised instruction keeps
  * what its specialisation wrote there.  No test of the first RESUME alone:
  * code that ran only under sys.settrace keeps a plain RESUME, its body
- * specialised (a review found the crash).  Instrumentation sets
+ * specialised.  Instrumentation sets
  * _co_instrumentation_version and _co_monitoring (Python/instrumentation.c);
  * 3.13's executors hang on co_executors. */
 static int
@@ -419,29 +409,9 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     if (rc) {
         return rc;
     }
-    /* The alignment padding after _co_firsttraceable is never written by
-     * init_code: zero it, so no stale process memory reaches the archive
-     * (and the archive bytes are deterministic; valgrind flagged it). */
-    memset((char *)c + offsetof(PyCodeObject, _co_firsttraceable)
-               + sizeof(c->_co_firsttraceable),
-           0, offsetof(PyCodeObject, co_extra)
-                  - offsetof(PyCodeObject, _co_firsttraceable)
-                  - sizeof(c->_co_firsttraceable));
-    rc = copy_type_slot(w, *off, op);
-#define COPY_FIELD(f)                                                   \
-    if (rc == PYCDS_OK) {                                               \
-        rc = pycds_w_slot(w, *off + offsetof(PyCodeObject, f),          \
-                          src->f, depth);                               \
-    }
-    PYCDS_CODE_PTR_FIELDS(COPY_FIELD)
-#undef COPY_FIELD
+    zero_code_padding(c);
+    rc = copy_code_refs(w, *off, src, depth);
     return rc;
-}
-
-int
-pycds_layout_str_interned(PyObject *op)
-{
-    return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
 }
 
 int
@@ -458,14 +428,12 @@ pycds_layout_intern(PyObject **slot)
      *      in the head (immortal: set_refcnt), interned as unmarshal interns
      *      its own.  A release build never frees an immortal interned
      *      string: 3.12's _PyUnicode_ClearInterned only clears the dict
-     *      (3.12.1's libpython disassembled with gdb; the same after 3.12.6
-     *      backported mortal interned strings, gh-113993); 3.13's gives the
-     *      dict's references back to mortal ones only and clears the state
-     *      bits of immortal ones (3.13.0 disassembled; making those mortal
-     *      again is Py_DEBUG-only there, gh-120520, and in every build from
-     *      3.14, gh-113601).  A copy would leave the head's string dead and
-     *      cost a heap string as well: 2.2 MiB per process for numpy, flask
-     *      and boto3;
+     *      (also after 3.12.6 backported mortal interned strings,
+     *      gh-113993); 3.13's gives the dict's references back to mortal
+     *      ones only and clears the state bits of immortal ones (making
+     *      those mortal again is Py_DEBUG-only there, gh-120520, and in
+     *      every build from 3.14, gh-113601).  A copy would leave the head's
+     *      string dead and cost a heap string as well;
      *   3. otherwise a new interpreter-owned copy, interned as unmarshal
      *      would: never the chunk's own string in a debug build (its
      *      _PyUnicode_ClearInterned makes interned strings mortal again at
@@ -610,8 +578,7 @@ static struct _PyCodeConstructor version_con;
  * never raises: an audit hook would have seen one per loaded code object
  * (and one refusing it, every load fail).  Code watchers are paused from
  * the replica's creation to its destruction: neither is an event a watcher
- * should see.  Once the arguments are made, a replica costs one allocation
- * (3.12.1: ~16,000 for numpy, flask and boto3). */
+ * should see.  Once the arguments are made, a replica costs one allocation. */
 static int
 draw_code_version(PyInterpreterState *interp, uint32_t *version)
 {
@@ -692,8 +659,7 @@ notify_created(PyInterpreterState *interp, PyCodeObject *co)
  * constants one object, and so can a crafted archive; either way unmarshal
  * runs init_code once per object, and a walk that went through a shared code
  * object again would draw it a second version and take time exponential in
- * the nesting (a chain of 45 functions, each holding the next twice, took
- * 2^45 steps: found by a review). */
+ * the nesting. */
 
 /* States of a code object in that table. */
 enum { CODE_WALKED = 1, CODE_DONE = 2 };

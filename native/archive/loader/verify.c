@@ -4,7 +4,7 @@
  * Runs on the main side of a load, holding the GIL, after the relocations
  * and before any object of the chunk is used.
  */
-#include "pycds_internal.h"
+#include "archive.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,9 +18,9 @@
  * table by its highest number).  Otherwise it takes the highest free number
  * below min(soft limit, PYCDS_FD_CEILING).  Callers hold the GIL, so that
  * no Python thread sees the limit raised or changes it meanwhile.  (Until
- * the first archive hit, SHARE holds no descriptor: pycds/_format.py.)
+ * the first archive hit, SHARE holds no descriptor: pycds/_archive.py.)
  */
-#include "pycds_internal.h"
+#include "archive.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -28,20 +28,17 @@
  *     unmarshal (PyBytes_FromStringAndSize(NULL, 1) makes a new object) and
  *     stay copies, even when the compiler handed us its cached instance.
  *
- * 3.10 has no immortal objects: archived objects get a reference count so
- * large that no program brings it to zero (PYCDS_REFCNT), so they are never
- * deallocated.  Tuples are GC types: they get a zeroed (untracked) PyGC_Head.
+ * 3.10 has no immortal objects (layout_310_311.h: reference counts, and the
+ * str layout it shares with 3.11).  Tuples are GC types: they get a
+ * zeroed (untracked) PyGC_Head.
  * Code objects are not GC types in 3.10 (no Py_TPFLAGS_HAVE_GC).
  */
 #include "internal/pycore_gc.h"
 #include "internal/pycore_interp.h"
 
+#include "layout/layout_310_311.h"
+
 #define PYCDS_LAYOUT_NAME "cpython-3.10"
-#define PYCDS_STR2(x) #x
-#define PYCDS_STR(x) PYCDS_STR2(x)
-#define PYCDS_LAYOUT_SIZES                                         \
-    "code=" PYCDS_STR(SIZEOF_VOID_P) "/"                           \
-    "gc=" PYCDS_STR(SIZEOF_VOID_P)
 
 /* This layout has heap-allocated singletons (see above). */
 #define PYCDS_LAYOUT_HEAP_SINGLETONS 1
@@ -49,9 +46,6 @@
 /* Chunks hold raw data (co_cell2arg) between objects: release.c cannot walk
  * a tail, so no memory is given back on 3.10. */
 #define PYCDS_LAYOUT_RAW_DATA 1
-
-#define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
-#define PYCDS_TAIL_REFCNT PYCDS_REFCNT     /* the same for tail objects */
 
 /* Fields of PyCodeObject copied with the code object; order matches
  * Include/cpython/code.h (3.10).  Scalars are copied as they are, object
@@ -66,54 +60,6 @@
     X(co_code) X(co_consts) X(co_names) X(co_varnames)             \
     X(co_freevars) X(co_cellvars) X(co_filename) X(co_name)        \
     X(co_linetable)
-
-static void
-set_refcnt(pycds_writer *w, uint64_t off)
-{
-    PyObject *copy = (PyObject *)pycds_w_at(w, off);
-    copy->ob_refcnt = PYCDS_REFCNT;
-}
-
-static int
-copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
-{
-    if (!PyUnicode_IS_READY(op) || !PyUnicode_IS_COMPACT(op)) {
-        return pycds_fail(PYCDS_E_UNSUPPORTED, "str is not in compact form");
-    }
-    Py_ssize_t len = PyUnicode_GET_LENGTH(op);
-    size_t size;
-    if (PyUnicode_IS_ASCII(op)) {
-        size = sizeof(PyASCIIObject) + (size_t)len + 1;
-    }
-    else {
-        size = sizeof(PyCompactUnicodeObject)
-               + ((size_t)len + 1) * PyUnicode_KIND(op);
-    }
-    int rc = copy_raw(w, op, size, 0, off);
-    if (rc) {
-        return rc;
-    }
-    set_refcnt(w, *off);
-    PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, *off);
-    a->hash = -1;
-    /* PyUnicode_New sets the state bit-fields one by one and never writes
-     * the unnamed 24 bits nor the padding up to wstr: rebuild the state in
-     * zeroed memory, so the archive holds no uninitialised bytes.  interned
-     * stays 0 (SSTATE_NOT_INTERNED). */
-    unsigned int kind = a->state.kind, compact = a->state.compact;
-    unsigned int ascii = a->state.ascii, ready = a->state.ready;
-    memset((char *)a + offsetof(PyASCIIObject, state), 0,
-           offsetof(PyASCIIObject, wstr) - offsetof(PyASCIIObject, state));
-    a->state.kind = kind;
-    a->state.compact = compact;
-    a->state.ascii = ascii;
-    a->state.ready = ready;
-    rc = reset_str_caches(w, op, *off);
-    if (rc) {
-        return rc;
-    }
-    return copy_type_slot(w, *off, op);
-}
 
 static int
 copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
@@ -154,14 +100,7 @@ copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 #define COPY_SCALAR(f) c->f = src->f;
     PYCDS_CODE_SCALAR_FIELDS(COPY_SCALAR)
 #undef COPY_SCALAR
-    rc = copy_type_slot(w, *off, op);
-#define COPY_FIELD(f)                                                   \
-    if (rc == PYCDS_OK) {                                               \
-        rc = pycds_w_slot(w, *off + offsetof(PyCodeObject, f),          \
-                          src->f, depth);                               \
-    }
-    PYCDS_CODE_PTR_FIELDS(COPY_FIELD)
-#undef COPY_FIELD
+    rc = copy_code_refs(w, *off, src, depth);
     if (rc == PYCDS_OK && src->co_cell2arg != NULL) {
         /* Py_ssize_t[len(co_cellvars)]: the argument index of each cell
          * variable, or CO_CELL_NOT_AN_ARG. */
@@ -275,12 +214,6 @@ pycds_layout_use_singleton(PyObject **slot)
      * code object's; the copy stays unused in the chunk. */
     *slot = shared;
     return PYCDS_OK;
-}
-
-int
-pycds_layout_str_interned(PyObject *op)
-{
-    return PyUnicode_CHECK_INTERNED(op) != SSTATE_NOT_INTERNED;
 }
 
 int

@@ -1,9 +1,9 @@
 /* hash.c -- XXH64 (Yann Collet's xxHash, 64-bit variant), written from the
  * algorithm's public specification (doc/xxhash_spec.md in Cyan4973/xxHash).
  *
- * Used for the per-module checksums: about 10 GB/s here, so verifying a
- * module's chunk at first import costs microseconds.  Reads are done with
- * memcpy, so any alignment is fine.
+ * Used for the per-module checksums: fast enough that verifying a module's
+ * chunk at first import costs little next to reading it.  Reads are done
+ * with memcpy, so any alignment is fine.
  */
 #include "pycds_native.h"
 

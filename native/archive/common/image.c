@@ -117,9 +117,9 @@ int
 pycds_image_contains(const void *p, size_t size)
 {
     uintptr_t a = (uintptr_t)p;
-    /* Type objects and singletons, what the loader asks about hundreds of
-     * thousands of times per archive, live in the anchor's (data) segment;
-     * trying it first spares the scan of the others (docs/performance.md). */
+    /* Type objects and singletons, what the loader asks about for nearly
+     * every relocation, live in the anchor's (data) segment: trying it
+     * first spares the scan of the others. */
     int h = image.hot;
     if (h < image.nseg && a >= image.lo[h] && a < image.hi[h]
         && size <= image.hi[h] - a) {
@@ -143,19 +143,4 @@ const char *
 pycds_image_build_id(void)
 {
     return image.build_id;
-}
-
-int
-pycds_layout_id(char *buf, size_t cap)
-{
-    if (buf == NULL || cap == 0) {
-        return pycds_fail(PYCDS_E_ARG, "no buffer for the layout id");
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    int rc = pycds_image_init();
-    if (rc == PYCDS_OK) {
-        rc = pycds_layout_describe(buf, cap);
-    }
-    PyGILState_Release(g);
-    return rc;
 }

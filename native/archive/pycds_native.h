@@ -19,7 +19,7 @@
 
 /* Status codes. */
 #define PYCDS_OK 0
-/* Mirrored as pycds._format.E_*. */
+/* Mirrored as pycds.errors.E_*. */
 #define PYCDS_E_NOMEM (-1)        /* an allocation failed */
 #define PYCDS_E_UNSUPPORTED (-2)  /* an object the archive cannot hold */
 #define PYCDS_E_TOODEEP (-3)      /* constants nested deeper than the limit */
@@ -103,19 +103,29 @@ int pycds_writer_heap(pycds_writer *w, const uint8_t **data, size_t *len);
 int pycds_writer_relocs(pycds_writer *w, const uint32_t **data, size_t *count);
 void pycds_writer_free(pycds_writer *w);
 
+/* What pycds_archive_open() needs of an archive's header and meta block
+ * (docs/archive-format.md).  The caller owns it and layout_id. */
+typedef struct {
+    uint64_t heap_off;     /* heap section: file offset (page-aligned) */
+    uint64_t heap_len;     /* ... and bytes */
+    uint64_t reloc_off;    /* relocation table: file offset */
+    uint64_t reloc_count;  /* ... and entries (uint32 each) */
+    uint64_t chunks_off;   /* chunk table: file offset of nmodules records */
+    uint64_t chunks_sum;   /* ... and its XXH64 with seed */
+    uint32_t nmodules;
+    uint64_t seed;         /* the archive's random id, the checksums' seed */
+    const char *layout_id; /* pycds_layout_id() of the dump run */
+} pycds_archive_header;
+
 /* Loader.  pycds_archive_open() dup()s fd (the caller keeps its own) to a
- * number out of the program's way (descriptor.c), reads
- * and checks the chunk table (nmodules records at chunks_off, XXH64 with
- * the archive's seed equal to chunks_sum), reserves address space for the
- * heap and checks layout_id against this image.  The handle and its
+ * number out of the program's way (descriptor.c), reads and checks the
+ * chunk table, reserves address space for the heap and checks the header's
+ * layout_id against this image.  The handle and its
  * reservation live until pycds_archive_close(); objects handed out by
  * pycds_archive_load() are never freed, so a handle whose modules were
  * loaded must never be closed (close is for tests and refused archives). */
-int pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
-                       uint64_t reloc_off, uint64_t reloc_count,
-                       uint64_t chunks_off, uint64_t chunks_sum,
-                       uint32_t nmodules, uint64_t seed,
-                       const char *layout_id, pycds_archive **out);
+int pycds_archive_open(int fd, const pycds_archive_header *header,
+                       pycds_archive **out);
 /* Loads module `module_no` (once; later calls return the same object):
  * reads its chunk into the reservation, verifies the checksum, applies the
  * relocation entries, re-interns strings, rebuilds frozensets, and appends
@@ -124,8 +134,8 @@ int pycds_archive_open(int fd, uint64_t heap_off, uint64_t heap_len,
 int pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list);
 /* Turn the deep structural check of every loaded chunk (verify.c) on or
  * off (default off).  Checksums and relocation bounds are always checked;
- * the deep check guards against re-signed, crafted archives at about a
- * quarter of the load's cost. */
+ * the deep check guards against re-signed, crafted archives, at a cost
+ * to every load. */
 int pycds_archive_set_verify(pycds_archive *a, int on);
 /* Read ahead (prefetch.c): after each load, a thread reads and relocates
  * the chunks that follow within `window` bytes of heap.  0 turns it off

@@ -1,6 +1,9 @@
-/* pycds_internal.h -- declarations shared by the native sources (not by cffi).
+/* pycds_internal.h -- declarations the writer and the loader share (not
+ * cffi's): the units of common/ (errors, hash, address tables, the
+ * interpreter image, the object layout), the chunk placement both sides
+ * agree on, and the writer services the layout's copy functions call back.
  *
- * Version-free code (writer.c, loader.c, image.c) talks to the object layout
+ * Version-free code (writer/, loader/, image.c) talks to the object layout
  * of the running CPython only through the pycds_layout_* functions, which
  * layout.c implements by including the one header for this minor version
  * (layout/layout_3XX.h).
@@ -71,7 +74,7 @@ const char *pycds_image_build_id(void);   /* hex, or "" if none */
 /* Where a loaded module's chunk lives.  Its head (chunk bytes [0, root_off):
  * function code and what it may keep alive) and its tail ([root_off, len):
  * the module code object, class bodies and what only they use, release.c)
- * are placed apart (loader.c), each packed with the heads or the tails of
+ * are placed apart (archive.c), each packed with the heads or the tails of
  * the modules loaded before it, so that the tails given back once module
  * bodies ran make whole pages.  No object spans the two: the writer starts
  * the tail with the module code object, and both offsets are multiples of
@@ -112,22 +115,6 @@ pycds_place_off(const pycds_place *p, const void *ptr)
     return q >= h && q - h < p->root_off ? q - h
            : p->root_off + (q - (uintptr_t)p->tail);
 }
-
-/* descriptor.c: a CLOEXEC duplicate of fd numbered at the program's soft
- * RLIMIT_NOFILE where that is at most PYCDS_FD_PAST_MAX and may be raised
- * for a moment, else as high as is free below min(limit,
- * PYCDS_FD_CEILING); -1 with errno if no duplicate can be made.  GIL held. */
-#define PYCDS_FD_PAST_MAX 65536
-#define PYCDS_FD_CEILING 4096
-int pycds_fd_place(int fd);
-
-/* verify.c: the deep structural check of a chunk whose relocations were
- * applied (loader.c runs it when the archive's verify flag is on).  GIL. */
-int pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n);
-/* Size in bytes of the chunk object op (of a type a chunk holds), or 0 if
- * its header is not that of a well-formed object fitting in avail bytes.
- * Reads only op's header; no GIL needed. */
-size_t pycds_object_size(PyObject *op, uint64_t avail);
 
 /* writer.c: services the layout code uses while copying one object. */
 int pycds_w_alloc(pycds_writer *w, size_t size, uint64_t *off);
@@ -197,8 +184,6 @@ int pycds_layout_may_release(PyObject *root);
  * _co_linearray, 3.12+'s _co_cached) and drop what the interpreter holds
  * of it uncounted (3.13: the function version cache).  GIL held. */
 void pycds_layout_forget_code(PyObject *op);
-/* Text describing the layout facts an archive depends on. */
-int pycds_layout_describe(char *buf, size_t cap);
 /* The pointer fields of a code object (offset, and the exact type their
  * target must have), for the loader's structural check; *out is static. */
 typedef struct {

@@ -13,8 +13,7 @@
  * import that finds its module read ahead, up to `pf_window`, and falls
  * back to RAMP_MIN on an import that does not: it bounds the work and
  * memory spent on modules that are never imported (a program that imports
- * one module and stops, as `python -c pass` does linecache on 3.13, reads
- * 256 KiB ahead, not 2 MiB).
+ * one module and stops reads RAMP_MIN ahead, not the whole window).
  *
  * The thread touches no Python object and never takes the GIL; it blocks
  * every signal but the synchronous ones (the others stay the
@@ -32,7 +31,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,116 +38,6 @@
 #define RAMP_MIN (256u << 10)
 /* Stack of the read-ahead thread, bytes. */
 #define PREFETCH_STACK ((size_t)256 << 10)
-
-/* ---- the pool of fix-up records (archive.h) ---------------------------- */
-
-#define FIXBLOCK (64u << 10)
-
-struct pycds_fixblock {
-    size_t cap;               /* bytes of the mapping */
-    size_t used;              /* bytes handed out, this header included */
-    uint64_t live;            /* records handed out and not yet freed */
-};
-
-#define FIXBLOCK_HDR ((sizeof(struct pycds_fixblock) + 15u) & ~(size_t)15u)
-
-/* With a->mu held: b has no record left and is not the one being filled.
- * Kept as the spare only while the thread runs (it exits when idle). */
-static void
-fixblock_retire(pycds_archive *a, struct pycds_fixblock *b)
-{
-    if (a->fb_spare == NULL && b->cap == FIXBLOCK && a->pf_running) {
-        a->fb_spare = b;
-    }
-    else {
-        (void)munmap(b, b->cap);
-    }
-}
-
-void *
-pycds_fixpool_alloc(pycds_archive *a, size_t bytes, void **block)
-{
-    size_t need = (bytes + 15u) & ~(size_t)15u;
-    void *out = NULL;
-    pthread_mutex_lock(&a->mu);
-    struct pycds_fixblock *b = a->fb_cur;
-    if (b != NULL && b->live == 0) {
-        b->used = FIXBLOCK_HDR;               /* empty: fill it again */
-    }
-    if (b == NULL || b->cap - b->used < need) {
-        struct pycds_fixblock *nb = NULL;
-        if (need <= FIXBLOCK - FIXBLOCK_HDR && a->fb_spare != NULL) {
-            nb = a->fb_spare;
-            a->fb_spare = NULL;
-        }
-        else {
-            size_t cap = need + FIXBLOCK_HDR <= FIXBLOCK ? FIXBLOCK
-                         : (need + FIXBLOCK_HDR + a->page - 1) & ~(a->page - 1);
-            void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (m != MAP_FAILED) {
-                nb = m;
-                nb->cap = cap;
-            }
-        }
-        if (nb != NULL) {
-            nb->used = FIXBLOCK_HDR;
-            nb->live = 0;
-            if (b != NULL && b->live == 0) {
-                fixblock_retire(a, b);
-            }
-            /* else b goes when its last record is freed */
-            a->fb_cur = b = nb;
-        }
-        else {
-            b = NULL;
-        }
-    }
-    if (b != NULL) {
-        out = (uint8_t *)b + b->used;
-        b->used += need;
-        b->live++;
-        *block = b;
-    }
-    pthread_mutex_unlock(&a->mu);
-    return out;
-}
-
-void
-pycds_fixpool_free(pycds_archive *a, void *block)
-{
-    struct pycds_fixblock *b = block;
-    pthread_mutex_lock(&a->mu);
-    if (--b->live == 0 && (b != a->fb_cur || !a->pf_running)) {
-        if (b == a->fb_cur) {
-            a->fb_cur = NULL;         /* the thread has exited: nobody fills it */
-        }
-        fixblock_retire(a, b);
-    }
-    pthread_mutex_unlock(&a->mu);
-}
-
-/* With a->mu held: give back the blocks no record is in (thread exit). */
-static void
-fixpool_trim_locked(pycds_archive *a)
-{
-    if (a->fb_cur != NULL && a->fb_cur->live == 0) {
-        (void)munmap(a->fb_cur, a->fb_cur->cap);
-        a->fb_cur = NULL;
-    }
-    if (a->fb_spare != NULL) {
-        (void)munmap(a->fb_spare, a->fb_spare->cap);
-        a->fb_spare = NULL;
-    }
-}
-
-void
-pycds_fixpool_destroy(pycds_archive *a)
-{
-    pthread_mutex_lock(&a->mu);
-    fixpool_trim_locked(a);
-    pthread_mutex_unlock(&a->mu);
-}
 
 /* Archives with read-ahead, for the fork handlers. */
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -255,7 +143,7 @@ prefetch_main(void *arg)
         drain_locked(a);      /* leaving for lack of a clock */
     }
     a->pf_running = 0;
-    fixpool_trim_locked(a);
+    pycds_fixpool_trim_locked(a);
     pthread_mutex_unlock(&a->mu);
     pycds_scratch_free(&scratch);
     return NULL;
@@ -295,9 +183,8 @@ start_locked(pycds_archive *a)
         return;
     }
     /* A small stack: the thread's work is loops over buffers (no
-     * recursion), and its address space counts against RLIMIT_AS, which
-     * a default 8 MiB stack ate into (a program near its limit then failed
-     * where plain Python ran). */
+     * recursion), and its address space counts against RLIMIT_AS, which a
+     * program near its limit needs for itself. */
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);
     if (rc == 0) {

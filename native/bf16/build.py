@@ -1,11 +1,11 @@
 """cffi API-mode builder for ``pycds.bf16._kernels`` (BF16 conversion + sbgemm).
 
-Run by setuptools through ``cffi_modules=["native/build_bf16.py:ffibuilder"]``,
+Run by setuptools through ``cffi_modules=["native/bf16/build.py:ffibuilder"]``,
 or directly for in-place development (puts the .so in ``pycds/bf16/``)::
 
-    python native/build_bf16.py
+    python native/bf16/build.py
 
-The cdef is read from ``native/bf16/bf16_kernels.cdef``; the preamble only
+The cdef is read from ``bf16_kernels.cdef`` beside this file; the preamble only
 includes the real header, and the C files are ``sources``.  All paths are
 relative to this file, since pip builds from a temporary copy.
 """
@@ -15,9 +15,8 @@ import platform
 
 from cffi import FFI
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(HERE, "bf16")
-ROOT = os.path.dirname(HERE)
+SRC = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(SRC))
 
 
 def _rel(path):

@@ -1,8 +1,17 @@
-/* archive.h -- an open archive, shared by loader.c (loads) and prefetch.c
- * (the read-ahead thread).  Private to the native module.
+/* archive.h -- an open archive, shared by the loader's units.  Private to
+ * the native module.
+ *
+ * The units, each calling only those listed after it:
+ *   loader.c    open, stage 2 of a load, close (the public entry points);
+ *   release.c   gives back the tail of a module whose body ran;
+ *   prefetch.c  the read-ahead thread, which runs stage 1 ahead;
+ *   relocate.c  stage 1 of a load;
+ *   fixpool.c   the read-ahead thread's pool of fix-up records;
+ *   archive.c   the handle's locks, chunk placement, giving pages back;
+ *   verify.c, descriptor.c   leaf services (see their declarations below).
  *
  * Loading a module has two stages:
- *   stage 1 (pycds_chunk_stage1, no Python): pread the chunk's head and
+ *   stage 1 (relocate.c, no Python): pread the chunk's head and
  *           tail into their places in the heap reservation (pycds_place)
  *           and its relocation entries into a
  *           buffer, verify the checksum, apply the pointer relocations;
@@ -69,7 +78,7 @@ typedef struct {
                             * after it: the tail is not the writer's, keep it
                             * (release.c) */
     void *block;           /* the read-ahead pool's block it lies in
-                            * (prefetch.c), or NULL: malloc'd */
+                            * (fixpool.c), or NULL: malloc'd */
 } pycds_fixups;
 
 struct pycds_archive {
@@ -85,6 +94,7 @@ struct pycds_archive {
     uint64_t seed;
     pycds_chunk_rec *chunks;  /* nmodules records, validated at open */
     int verify;               /* run pycds_verify_chunk() on every load */
+    int sync_made;            /* mu and the condition variables exist */
     int release_mode;         /* PYCDS_RELEASE_*: release.c */
 
     pthread_mutex_t mu;
@@ -106,7 +116,7 @@ struct pycds_archive {
 
     /* read-ahead (prefetch.c) */
     uint64_t pf_window;       /* most bytes of heap read ahead; 0: off */
-    uint64_t pf_cur;          /* the window now (ramps up, archive.h) */
+    uint64_t pf_cur;          /* the window now (ramps up, prefetch.c) */
     uint32_t pf_next;         /* first module it may read ahead */
     uint64_t pf_limit;        /* ... as long as the chunk starts below this */
     int pf_stop;              /* the thread must exit (fork, close) */
@@ -121,39 +131,19 @@ struct pycds_archive {
      * back (release.c): pairs of address and length */
     uintptr_t *gb_q;
     size_t gb_n, gb_cap;
-    /* the read-ahead thread's pool of fix-up records (prefetch.c): the
+    /* the read-ahead thread's pool of fix-up records (fixpool.c): the
      * block it fills, and one empty block kept for reuse */
     struct pycds_fixblock *fb_cur, *fb_spare;
 };
 
 /* A buffer for the relocation entries that one thread reuses from chunk to
  * chunk (the read-ahead thread's), mapped apart from malloc: what that
- * thread malloc'd and the importing thread freed stayed in the read-ahead
- * thread's own malloc arena, ~0.5 MiB a process, never given back. */
+ * thread malloc'd and the importing thread freed would stay in the
+ * read-ahead thread's own malloc arena, never given back. */
 typedef struct {
     void *p;
     size_t cap;            /* bytes */
 } pycds_scratch;
-
-/* loader.c: stage 1 of module k (see above).  No GIL; no Python object
- * outside the chunk is touched.  scratch: the calling thread's buffer for
- * the relocation entries, or NULL (malloc).  On success *out is the fix-up
- * list for stage 2, freed with pycds_fixups_free(). */
-int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
-                       pycds_fixups **out);
-void pycds_fixups_free(pycds_archive *a, pycds_fixups *f);
-void pycds_scratch_free(pycds_scratch *scratch);
-
-/* prefetch.c: the fix-up records the read-ahead thread makes, bump-allocated
- * in mmap'd blocks (malloc'd, they sat in that thread's malloc arena once
- * the importing thread had freed them: ~0.2 MiB).  A block goes back when
- * its last record is freed (one empty block is kept for reuse) and, at the
- * latest, when the thread exits.  alloc: the read-ahead thread, without
- * a->mu; NULL when out of memory.  free: any thread, without a->mu.
- * destroy: at close, once every record is freed. */
-void *pycds_fixpool_alloc(pycds_archive *a, size_t bytes, void **block);
-void pycds_fixpool_free(pycds_archive *a, void *block);
-void pycds_fixpool_destroy(pycds_archive *a);
 
 /* How many bytes of the range [lo, hi) of the tails' arena lie on its page
  * p (pages of pg bytes; p overlaps the range).  The loader counts a tail's
@@ -166,16 +156,47 @@ pycds_page_share(uint64_t p, uint64_t pg, uint64_t lo, uint64_t hi)
     return to - from;
 }
 
-/* loader.c: where module k's chunk lives, placing it on first use (then
- * for good: a stage 1 redone after a failure reuses the place).  Takes
- * a->mu; any thread. */
-void pycds_archive_place(pycds_archive *a, uint32_t k, pycds_place *out);
+/* ---- archive.c ---------------------------------------------------------- */
 
-/* loader.c: create a's mutex and condition variables (at open, and anew
- * in a forked child). */
+/* Create a's mutex and condition variables (at open, and anew in a forked
+ * child); destroy them (at close). */
 int pycds_archive_sync_init(pycds_archive *a);
+void pycds_archive_sync_destroy(pycds_archive *a);
+/* Where module k's chunk lives, placing it on first use (then for good: a
+ * stage 1 redone after a failure reuses the place).  Takes a->mu; any
+ * thread. */
+void pycds_archive_place(pycds_archive *a, uint32_t k, pycds_place *out);
+/* Give the page range back now (madvise, or mprotect in the PROTECT mode);
+ * 0 on success.  Any thread, no lock needed. */
+int pycds_release_pages(pycds_archive *a, uintptr_t lo, size_t len);
 
-/* prefetch.c */
+/* ---- fixpool.c ---------------------------------------------------------- */
+
+/* The read-ahead thread's fix-up records, bump-allocated in mmap'd blocks.
+ * alloc: the read-ahead thread, without a->mu; NULL when out of memory.
+ * free: any thread, without a->mu.  trim_locked: with a->mu held, give back
+ * the blocks no record is in (the thread exits).  destroy: at close, once
+ * every record is freed. */
+void *pycds_fixpool_alloc(pycds_archive *a, size_t bytes, void **block);
+void pycds_fixpool_free(pycds_archive *a, void *block);
+void pycds_fixpool_trim_locked(pycds_archive *a);
+void pycds_fixpool_destroy(pycds_archive *a);
+
+/* ---- relocate.c --------------------------------------------------------- */
+
+/* Read n bytes at off of fd into buf, all of them (PYCDS_E_IO otherwise). */
+int pycds_read_full(int fd, void *buf, size_t n, uint64_t off);
+/* Stage 1 of module k (see above).  No GIL; no Python object outside the
+ * chunk is touched.  scratch: the calling thread's buffer for the
+ * relocation entries, or NULL (malloc).  On success *out is the fix-up
+ * list for stage 2, freed with pycds_fixups_free(). */
+int pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
+                       pycds_fixups **out);
+void pycds_fixups_free(pycds_archive *a, pycds_fixups *f);
+void pycds_scratch_free(pycds_scratch *scratch);
+
+/* ---- prefetch.c --------------------------------------------------------- */
+
 /* Register a for fork handling and set its window (0: off).  No lock held. */
 int pycds_prefetch_enable(pycds_archive *a, uint64_t window);
 /* With a->mu held: module k is being imported (hit: it had been read
@@ -188,8 +209,24 @@ void pycds_prefetch_shutdown(pycds_archive *a);
  * memory to queue it).  No lock held. */
 int pycds_prefetch_give_back(pycds_archive *a, uintptr_t lo, size_t len);
 
-/* release.c: give the page range back now (madvise, or mprotect in the
- * PROTECT mode); 0 on success.  Any thread, no lock needed. */
-int pycds_release_pages(pycds_archive *a, uintptr_t lo, size_t len);
+/* ---- verify.c ----------------------------------------------------------- */
+
+/* The deep structural check of a chunk whose relocations were applied
+ * (loader.c runs it when the archive's verify flag is on).  GIL. */
+int pycds_verify_chunk(const pycds_place *p, const uint32_t *rel, uint64_t n);
+/* Size in bytes of the chunk object op (of a type a chunk holds), or 0 if
+ * its header is not that of a well-formed object fitting in avail bytes.
+ * Reads only op's header; no GIL needed. */
+size_t pycds_object_size(PyObject *op, uint64_t avail);
+
+/* ---- descriptor.c ------------------------------------------------------- */
+
+/* A CLOEXEC duplicate of fd numbered at the program's soft RLIMIT_NOFILE
+ * where that is at most PYCDS_FD_PAST_MAX and may be raised for a moment,
+ * else as high as is free below min(limit, PYCDS_FD_CEILING); -1 with errno
+ * if no duplicate can be made.  GIL held. */
+#define PYCDS_FD_PAST_MAX 65536
+#define PYCDS_FD_CEILING 4096
+int pycds_fd_place(int fd);
 
 #endif /* PYCDS_ARCHIVE_H */

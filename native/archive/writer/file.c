@@ -3,22 +3,18 @@
  * pycds_preallocate: allocate a new archive's blocks before it is written.
  * The writer (pycds/_writer.py) renames the finished file over the old
  * archive; ext4 (mount option auto_da_alloc, the default) then allocates
- * the new file's delayed-allocation blocks and starts their writeback
- * inside rename(2), because an application replacing a file this way
- * usually wants its data to survive a crash (ext4_alloc_da_blocks(), called
- * from ext4_rename() in fs/ext4/namei.c; Documentation/admin-guide/
- * ext4.rst).  An archive is a checksummed cache that needs no such care
- * (a damaged one is refused and rewritten), and writing and renaming a
- * 6 MiB archive took 4.3-5.5 ms here against 1.2-1.3 ms with the blocks
- * allocated up front:
- * blocks that fallocate(2) allocated are not delayed, so rename has
- * nothing to flush.  FALLOC_FL_KEEP_SIZE: the file's size (and so its
- * content) is what the writes make it, as without preallocation, and
- * vfat, which zero-fills a range that extends the file, only reserves it.
+ * the new file's delayed-allocation blocks and flushes them inside
+ * rename(2), so that a replaced file survives a crash (ext4_rename() in
+ * fs/ext4/namei.c).  An archive is a checksummed cache that needs no such
+ * care (a damaged one is refused and rewritten); blocks that fallocate(2)
+ * allocated are not delayed, so rename has nothing to flush.
+ * FALLOC_FL_KEEP_SIZE: the file's size (and so its content) is what the
+ * writes make it, as without preallocation, and vfat, which zero-fills a
+ * range that extends the file, only reserves it.
  *
  * os.posix_fallocate() is not used: where the file system has no
- * fallocate, glibc emulates it by writing every block, which is slower than
- * not preallocating at all.  Touches no Python object (no GIL needed).
+ * fallocate, glibc emulates it by writing every block, which costs more
+ * than not preallocating at all.  Touches no Python object (no GIL needed).
  */
 #include "pycds_internal.h"
 

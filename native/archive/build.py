@@ -1,0 +1,98 @@
+"""cffi API-mode build of ``pycds._native``, the archive writer and loader.
+
+Named in setup.py as ``native/archive/build.py:ffibuilder``; run directly
+(``python native/archive/build.py``) to build the module in place for
+development.  The sources are in three folders: ``writer/`` (deep copy of
+code objects into a heap), ``loader/`` (open, relocate, read ahead, give
+back) and ``common/`` (what both use: errors, hash, address tables, the
+interpreter image and the per-version object layout).  The cdef is read
+from ``pycds_native.cdef`` and must match ``pycds_native.h``;
+``-Werror=int-conversion`` and ``-Werror=incompatible-pointer-types`` turn
+a drift between them into a build error.  The C sources include CPython's
+headers (internal ones in ``common/layout.c``), so the module is built
+without the limited API.  The version stamped into the module is
+``pycds.__version__``, read from ``pycds/__init__.py``.
+"""
+
+import os
+import re
+import sys
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+SOURCES = [
+    "common/errors.c", "common/hash.c", "common/image.c", "common/layout.c",
+    "common/table.c",
+    "writer/writer.c", "writer/file.c",
+    "loader/archive.c", "loader/fixpool.c", "loader/relocate.c", "loader/loader.c",
+    "loader/prefetch.c", "loader/release.c", "loader/verify.c", "loader/descriptor.c",
+]
+HEADERS = [
+    "pycds_native.h", "common/pycds_internal.h", "loader/archive.h",
+    "common/layout/layout_310_311.h", "common/layout/layout_310.h",
+    "common/layout/layout_311.h", "common/layout/layout_312.h",
+]
+
+
+def package_version(root=ROOT):
+    """``__version__`` of ``pycds/__init__.py`` under root, read as text (the
+    package is not importable while it is being built)."""
+    with open(os.path.join(root, "pycds", "__init__.py"), encoding="utf-8") as f:
+        m = re.search(r'^__version__\s*=\s*"([^"]+)"', f.read(), re.M)
+    if m is None:
+        raise RuntimeError("no __version__ in pycds/__init__.py")
+    return m.group(1)
+
+
+def compile_args(platform=sys.platform):
+    """Warning flags for every source (the same on every supported Python)."""
+    args = [
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror=implicit-function-declaration",
+        "-Werror=int-conversion",
+        "-Werror=incompatible-pointer-types",
+        "-fno-strict-aliasing",
+    ]
+    if platform.startswith("linux"):
+        args.append("-D_GNU_SOURCE")
+    return args
+
+
+def _rel(name):
+    # Relative to the repository root, where setuptools runs: it places
+    # objects under build_temp only for relative paths.
+    return os.path.relpath(os.path.join(HERE, name), ROOT)
+
+
+def _read(name):
+    with open(os.path.join(HERE, name), encoding="utf-8") as f:
+        return f.read()
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(_read("pycds_native.cdef"))
+ffibuilder.set_source(
+    "pycds._native",
+    '#include "pycds_native.h"',
+    sources=[_rel(s) for s in SOURCES],
+    include_dirs=[_rel("."), _rel("common")],
+    # setuptools rebuilds when these change (a stale build would keep an
+    # old object layout).
+    depends=[_rel(h) for h in HEADERS],
+    define_macros=[
+        ("_CFFI_NO_LIMITED_API", None),
+        ("PYCDS_BUILD_VERSION", '"%s"' % package_version()),
+    ],
+    extra_compile_args=compile_args(),
+    libraries=["dl", "pthread"],
+    py_limited_api=False,
+)
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    ffibuilder.compile(tmpdir=ROOT, verbose=True)
