@@ -448,7 +448,7 @@ class Bench:
 
 # Seconds between the last process being ready and reading the memory:
 # the steady state, not the instant after the imports (pycds gives memory
-# back once a process has stopped importing for 200 ms: native/prefetch.c).
+# back once a process has stopped importing for 200 ms: native/archive/loader/prefetch.c).
 SETTLE_S = 0.5
 
 

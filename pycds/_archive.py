@@ -69,7 +69,7 @@ _FIELDS = (
     ("chunks_sum", 160, 8),
 )
 # One chunk-table record per module, in module-number order (read by the
-# native loader; see docs/archive-format.md and native/archive.h):
+# native loader; see docs/archive-format.md and native/archive/loader/archive.h):
 # chunk_off u64, chunk_len u32, root_off u32, reloc_first u64,
 # reloc_count u32, zero u32, checksum u64.
 CHUNK_REC = 40
@@ -290,7 +290,7 @@ class Index:
         start-up) no descriptor is held once the header, meta block and
         bucket table are read: the first entry read opens the file again
         (:meth:`descriptor`), and the native handle then moves it out of
-        the program's way (native/descriptor.c; :meth:`adopt`).  Raises
+        the program's way (native/archive/loader/descriptor.c; :meth:`adopt`).  Raises
         :class:`~pycds.errors.ArchiveFormatError`
         (:class:`~pycds.errors.ForeignArchiveError`)."""
         try:

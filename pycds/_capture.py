@@ -8,7 +8,7 @@ per source file, the module code executed from it and the file's
 ``st_mtime_ns`` and size.  Archiving that object saves the dump at exit a
 second read and unmarshal of every ``.pyc``, and says which of the module's
 functions outlived its import: their code objects are held by more than the
-``co_consts`` tuple (native/writer.c, ``predicted_dead``).
+``co_consts`` tuple (native/archive/writer/writer.c, ``predicted_dead``).
 
 Code that ran while the program had replaced part of the stock loader
 (``pycds._pyc.loader_patched``: an import hook rewriting code in

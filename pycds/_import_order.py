@@ -5,7 +5,7 @@ importlib moves a module to the end of ``sys.modules`` once its body has run
 (``_load_unlocked`` in importlib/_bootstrap.py, 3.10-3.13), so a package
 comes after every submodule its ``__init__`` imports.  A SHARE run asks for
 code objects in the order imports start.  Chunks laid out in that order are
-read ahead (native/prefetch.c) before they are asked for; in finishing order
+read ahead (native/archive/loader/prefetch.c) before they are asked for; in finishing order
 the read-ahead thread reads a package's successors while the importing
 thread loads its submodules, which lie *before* it, by itself.
 

@@ -46,7 +46,7 @@ def layout_id():
 def preallocate(fd, length):
     """Allocate the first ``length`` bytes of the new file ``fd`` before it
     is written, so that renaming it over an old archive does not flush it
-    (native/file.c); the file's size does not change.  Does nothing where
+    (native/archive/writer/file.c); the file's size does not change.  Does nothing where
     the file system cannot.  Raises OSError (ENOSPC, EBADF, ...)."""
     err = ffi.new("int *")
     rc = lib.pycds_preallocate(fd, length, err)
@@ -71,7 +71,7 @@ class Chunk:
 
 
 class Writer:
-    """Deep-copies code objects into an archive heap (native/writer.c)."""
+    """Deep-copies code objects into an archive heap (native/archive/writer/writer.c)."""
 
     def __init__(self, seed):
         out = ffi.new("pycds_writer **")
@@ -86,7 +86,7 @@ class Writer:
         import executed; a function code object in it (or in its class
         bodies) that nothing but its ``co_consts`` holds is predicted dead
         and laid out with the module code, where the loader can give it
-        back (native/writer.c).  Raises NativeError (the heap is left as
+        back (native/archive/writer/writer.c).  Raises NativeError (the heap is left as
         before) on failure."""
         _check(lib.pycds_writer_add(self._w, id(code), bool(ran), self._info),
                "copy")
@@ -149,7 +149,7 @@ class NativeArchive:
 
     def release(self, entry):
         """After ``entry``'s module body ran: give back the memory of its
-        chunk's tail that nothing holds (native/release.c).  Returns the
+        chunk's tail that nothing holds (native/archive/loader/release.c).  Returns the
         bytes given back; the module is then never handed out again (a
         later :meth:`load` raises NativeError, PYCDS_E_STATE)."""
         rc = lib.pycds_archive_release(self._a, entry.number, self._released)

@@ -10,7 +10,7 @@ next dump.
 
 The file's blocks are allocated (``fallocate``) before it is written: on
 ext4 a rename over an existing file otherwise allocates and starts writing
-back the new file's delayed blocks inside ``rename`` (native/file.c).
+back the new file's delayed blocks inside ``rename`` (native/archive/writer/file.c).
 
 Nothing is fsync()ed, as CPython does not sync the ``.pyc`` files it
 writes (``_write_atomic`` in importlib._bootstrap_external): an archive is
@@ -53,7 +53,7 @@ def write_atomic(path, chunks, length=None):
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         # Blocks allocated up front (the size stays what the writes make it):
         # the rename over the old archive below then has no delayed
-        # allocation to flush (native/file.c).
+        # allocation to flush (native/archive/writer/file.c).
         from ._nativeapi import preallocate
         preallocate(fd, max([off + memoryview(data).nbytes for off, data in chunks]
                             + [length or 0]))

@@ -15,7 +15,7 @@ compiled from source).  Modules imported at start-up before ``pycds.pth``
 ran are not archived by a DUMP run (a SHARE run imports them before its
 finder exists).  Either way the archive holds its fresh
 form: bytecode as unmarshal makes it, whatever running it specialised
-(native/layout).  With it goes what the share run needs to prove that plain
+(native/archive/common/layout).  With it goes what the share run needs to prove that plain
 import would still produce the same code: the source's ``st_mtime_ns`` and
 size and a source hash, and the ``.pyc``'s kind and stat when it was
 hash-based (PEP 552).

@@ -40,7 +40,7 @@ class NativeError(PycdsError):
 
 
 # The native module's status codes, mirrored from enum PYCDS_E_* in
-# native/pycds_native.h (tests/native/test_archive.py checks them).
+# native/archive/pycds_native.h (tests/native/test_archive.py checks them).
 E_NOMEM = -1        # out of memory
 E_UNSUPPORTED = -2  # an object no archive can hold
 E_TOODEEP = -3      # constants nested too deep

@@ -54,7 +54,7 @@ _counters = {
 # pycds._log is imported only to print: a quiet process never loads it.
 _verbose = 0
 
-# Bytes of heap read ahead after each load (native/prefetch.c): far more
+# Bytes of heap read ahead after each load (native/archive/loader/prefetch.c): far more
 # than a program imports between two of its own statements, small enough
 # that a program that stops importing wastes little.
 PREFETCH_WINDOW = 2 << 20
@@ -98,7 +98,7 @@ def _fallback(name, reason):
 # A ski-rental bound: about what serving must save to pay for loading the
 # native module, so a sitecustomize that imports a large framework loses at
 # most that, while what `-c` and `-m` import before the program runs is
-# imported plainly (measured: docs/performance.md).
+# imported plainly (docs/design-notes.md).
 STARTUP_PLAIN_BYTES = 512 << 10
 
 
@@ -137,7 +137,7 @@ class _Archive:
         self.check = check
         self.verify = verify
         self.prefetch = prefetch
-        # 3.10 chunks are kept whole (native/release.c).
+        # 3.10 chunks are kept whole (native/archive/loader/release.c).
         self.release_mode = release if sys.version_info >= (3, 11) else 0
         # (entry, spec) of modules handed out, innermost import last: their
         # memory is given back once their body has run (release_finished).
@@ -181,7 +181,7 @@ class _Archive:
                         PREFETCH_WINDOW if self.prefetch else 0,
                         self.release_mode)
                     # One descriptor on the archive, out of the program's
-                    # way (native/descriptor.c).
+                    # way (native/archive/loader/descriptor.c).
                     self.index.adopt(self._native.fd)
                 finally:
                     self._opener = None
@@ -237,7 +237,7 @@ class _Archive:
                              and "subinterpreter" in str(e))
             elif code == E_STATE:
                 # Failed before (said then), or being loaded
-                # by a stage 2 that ran Python code (native/archive.h).
+                # by a stage 2 that ran Python code (native/archive/loader/archive.h).
                 _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
             elif code in (E_NOMEM, E_PYTHON):
                 # This process, not the file.
@@ -258,7 +258,7 @@ class _Archive:
 
     def release_finished(self):
         """Give back what only the bodies of modules that have run used
-        (native/release.c), as plain import frees their code objects.
+        (native/archive/loader/release.c), as plain import frees their code objects.
 
         Called on the next import, not from the loader's exec_module: a
         frame of pycds around every module body would show in tracebacks
