@@ -20,7 +20,8 @@ PYCDSARCHIVE from this command and keep the user's other pycds settings
 
 Exit status: 0 when the command was measured, 1 when it exited with a
 non-zero status (unless ``--ignore-failure``) or wrote no archive, 2 on a
-usage error or a command that cannot be started.
+usage error, a command that cannot be started, or an ``--archive`` SHARE
+would not use.
 
 Also here, for the reference benchmark (``benchmarks/bench.py``) as well as
 this command: :func:`run`, :func:`median`, :func:`ratio` and
@@ -181,18 +182,23 @@ class _Progress:
             self.shown = False
 
 
-def _nonneg(text):
-    n = int(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+def _count(text, least):
+    try:
+        n = int(text)
+    except ValueError:
+        n = least - 1
+    if n < least:
+        kind = "a positive integer" if least else "an integer, 0 or more"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}")
     return n
+
+
+def _nonneg(text):
+    return _count(text, 0)
 
 
 def _positive(text):
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
-    return n
+    return _count(text, 1)
 
 
 def add_parser(subparsers):
@@ -231,10 +237,22 @@ def cmd(args):
     argv = command[1:]
     if not argv:
         args.bench_parser.error("no command line after --")
+    if args.json:
+        d = os.path.dirname(os.path.abspath(args.json))
+        if not (os.path.isdir(d) and os.access(d, os.W_OK)):
+            args.bench_parser.error(f"--json {args.json}: cannot write in {d}")
     exe = shutil.which(argv[0])
     if exe is None:
-        print(f"pycds bench: {argv[0]}: command not found", file=sys.stderr)
+        named = os.sep in argv[0] and os.path.isfile(argv[0])
+        why = "not executable" if named else "command not found"
+        print(f"pycds bench: {argv[0]}: {why}", file=sys.stderr)
         return 2
+    if args.archive and os.path.exists(args.archive):
+        refused = _refusal(args.archive)
+        if refused:
+            print(f"pycds bench: {args.archive}: SHARE would not use it: {refused}",
+                  file=sys.stderr)
+            return 2
     tmp = None
     if args.archive:
         archive = os.path.abspath(args.archive)
@@ -290,9 +308,10 @@ def _bench(args, argv, exe, archive, temporary, progress):
             raise _Failed("DUMP run", rc, err)
         if not os.path.exists(archive):
             progress.clear()
+            said = [line for line in err.splitlines() if line.startswith(_WARNING)]
             print("pycds bench: the DUMP run wrote no archive: the command must run "
-                  "a Python with pycds installed that exits normally (atexit)",
-                  file=sys.stderr)
+                  "a Python with pycds installed that exits normally (atexit)"
+                  + "".join("\n  " + line for line in said), file=sys.stderr)
             return 1
     times = {"plain": [], "SHARE": []}    # the timed runs so far
     timed = [False]
@@ -335,8 +354,9 @@ def _bench(args, argv, exe, archive, temporary, progress):
     }
     result["warnings"] = warnings = _differences(plain, share)
     if served == 0:
-        warnings.append("no module was served from the archive: does the command run "
-                        "a Python with pycds installed?")
+        warnings.append("no module was served from the archive" + (
+            ": the command imports no module pycds archives" if not nmodules else
+            f" ({fallbacks} imported plainly; PYCDSVERBOSE=1 says why)"))
     print(_table(result, made, temporary))
     for w in warnings:
         print(f"pycds bench: warning: {w}", file=sys.stderr)
@@ -366,6 +386,21 @@ def _differences(plain, share):
             seen.append(line)
     out += [f"under SHARE: {line}" for line in seen[:5]]
     return out
+
+
+def _refusal(path):
+    """Why SHARE would not use the archive at ``path`` (damaged, not an
+    archive, refused for its owner or place), or None; an archive of
+    another interpreter is the command's to judge."""
+    from ._archive import Index
+    from .errors import ArchiveFormatError, ForeignArchiveError
+    try:
+        Index.open(path, check_interpreter=False).close()
+    except ForeignArchiveError:
+        return None
+    except ArchiveFormatError as e:
+        return str(e)
+    return None
 
 
 def _archive_facts(path):

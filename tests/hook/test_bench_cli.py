@@ -121,6 +121,46 @@ class TestBenchCommand:
         assert second.rc == 0 and "given" in second.out, second
         assert os.stat(img).st_mtime_ns == st.st_mtime_ns    # no second DUMP
 
+    def test_bad_arguments_are_usage_errors(self, tmp_path):
+        for reps in ("abc", "1.5", "0"):
+            r = bench(tmp_path, "--reps", reps, "--", sys.executable, "-c", "pass")
+            assert r.rc == 2 and "--reps" in r.err and "positive integer" in r.err, r
+            assert "_positive" not in r.err, r
+        # Where --json cannot be written: said before anything runs.
+        r = bench(tmp_path, "--json", str(tmp_path / "missing" / "r.json"), "--",
+                  sys.executable, "-c", "import sys; sys.exit(3)")
+        assert r.rc == 2 and "--json" in r.err and "exited" not in r.err, r
+
+    def test_command_that_cannot_start_says_why(self, tmp_path):
+        prog = tmp_path / "prog.py"
+        prog.write_text("import json\n")
+        prog.chmod(0o644)
+        r = bench(tmp_path, "--", str(prog))
+        assert r.rc == 2 and "not found" not in r.err and "not executable" in r.err, r
+        r = bench(tmp_path, "--", str(tmp_path / "absent"))
+        assert r.rc == 2 and "command not found" in r.err, r
+
+    def test_unusable_given_archive_is_an_error(self, tmp_path):
+        img = tmp_path / "garbage.img"
+        img.write_bytes(b"not an archive" * 100)
+        r = bench(tmp_path, "--reps", "1", "--archive", str(img), "--",
+                  sys.executable, "-c", IMPORTS)
+        assert r.rc == 2 and "not a pycds archive" in r.err, r
+        assert table(r.out) == {}, r
+
+    def test_a_failed_dump_says_why(self, tmp_path):
+        blocked = tmp_path / "blocked"
+        blocked.write_text("a file where the archive's directory should be\n")
+        r = bench(tmp_path, "--reps", "1", "--archive", str(blocked / "app.img"), "--",
+                  sys.executable, "-c", IMPORTS)
+        assert r.rc == 1 and "wrote no archive" in r.err, r
+        assert "no archive was written to" in r.err, r     # the DUMP run's own warning
+
+    def test_nothing_served_hint_fits_a_program_importing_nothing(self, tmp_path):
+        r = bench(tmp_path, "--reps", "1", "--", sys.executable, "-c", "pass")
+        assert r.rc == 1 or r.rc == 0, r
+        assert "installed?" not in r.err, r
+
     def test_progress_line_only_on_a_terminal(self):
         class Tty(io.StringIO):
             def isatty(self):
