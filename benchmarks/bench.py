@@ -10,9 +10,12 @@ hits them alike; reports medians and the median of per-rep ratios:
              every load on the importing thread, as on one CPU), *ideal*
              (every code object of the workload
              unmarshalled before the timer starts and served by a trivial
-             dict-lookup finder: the bound for any code cache) and *peer*
-             (the ``code-data-share`` package, if ``--peer-python`` names an
-             interpreter where it is installed).
+             dict-lookup finder: the bound for any code cache), *ideal+intern*
+             (the ideal plus, inside the timer, one ``sys.intern`` of a fresh
+             copy of every interned string of each module's code: what
+             re-interning costs) and *peer* (the ``code-data-share``
+             package, if ``--peer-python`` names an interpreter where it is
+             installed).
 ``wall``     whole-process wall and CPU time (user+sys, from wait4) of
              ``python -c "import ..."``, same variants but ideal.
 ``startup``  ``python -c pass``: a venv without pycds (*nopycds*), pycds
@@ -68,11 +71,11 @@ _INPROC = """\
 import sys, time
 c0 = time.thread_time_ns()
 t0 = time.perf_counter_ns()
-import {mods}
+{timed}import {mods}
 t1 = time.perf_counter_ns()
 c1 = time.thread_time_ns()
 sys.stdout.write("%d %d" % (t1 - t0, c1 - c0))
-"""
+{report}"""
 
 # The ideal: every code object the workload imports from source is read and
 # unmarshalled (SourceFileLoader.get_code, from the .pyc) before the timer;
@@ -88,7 +91,7 @@ with open({listfile!r}, "rb") as f:
 table = {{}}
 for name, origin, locs in mods:
     table[name] = (origin, locs, SourceFileLoader(name, origin).get_code(name))
-gc.collect()
+{setup}gc.collect()
 
 class _Loader(SourceFileLoader):
     def __init__(self, name, path, code):
@@ -113,6 +116,44 @@ class _Finder:
 
 sys.meta_path.insert(0, _Finder)
 """ + _INPROC
+
+# The ideal + interning: as the ideal, with, inside the timer, one
+# sys.intern() per distinct interned string of each module's code (its names
+# and name-like constants, as marshal interns them), each given as a fresh
+# copy whose hash is not cached: what re-interning an archive's strings
+# costs, where those strings are interned already.
+_INTERN_SETUP = """\
+_copies = []
+def _fresh(s):
+    return s.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+def _namelike(s):
+    return type(s) is str and s.isascii() and s.replace("_", "a").isalnum()
+def _walk(code, seen):
+    names = [code.co_name, getattr(code, "co_qualname", code.co_name)]
+    names += code.co_names + code.co_varnames + code.co_cellvars + code.co_freevars
+    todo = list(code.co_consts)
+    while todo:
+        c = todo.pop()
+        if type(c) is type(code):
+            _walk(c, seen)
+        elif type(c) in (tuple, frozenset):
+            todo.extend(c)
+        elif _namelike(c):
+            names.append(c)
+    for s in names:
+        if id(s) in seen:
+            continue
+        seen.add(id(s))
+        c = _fresh(s)
+        if c is not s and sys.intern(c) is s:
+            _copies.append(_fresh(s))
+for _origin, _locs, _code in table.values():
+    _walk(_code, set())
+_intern = sys.intern
+"""
+_INTERN_TIMED = ("_i0 = time.perf_counter_ns()\n"
+                 "for _s in _copies: _intern(_s)\n"
+                 "_interning = time.perf_counter_ns() - _i0\n")
 
 # The modules a workload imports from source (for the ideal's preload).
 _LIST = """\
@@ -298,6 +339,7 @@ class Bench:
                                               PYCDSARCHIVE=self.archive(wl)))]
         if ideal:
             vs.append(Variant("ideal", self.py, _env()))
+            vs.append(Variant("ideal+intern", self.py, _env()))
         if self.peer:
             vs.append(Variant("peer", self.peer, _env(
                 PYCDSMODE="SHARE", PYCDSARCHIVE=self.peer_archive(wl))))
@@ -312,11 +354,17 @@ class Bench:
             listfile = os.path.join(self.tmp, f"{wl}.mods")
             _checked(_run([self.py, "-c", _LIST.format(mods=mods, listfile=listfile)],
                           _env()), f"list {wl}")
-            inproc = _INPROC.format(mods=mods)
-            ideal = _IDEAL.format(mods=mods, listfile=listfile)
+            code = {"ideal": _IDEAL.format(mods=mods, listfile=listfile, setup="",
+                                           timed="", report=""),
+                    # (its third number: the time of the interning alone)
+                    "ideal+intern": _IDEAL.format(
+                        mods=mods, listfile=listfile, setup=_INTERN_SETUP,
+                        timed=_INTERN_TIMED,
+                        report='sys.stdout.write(" %d" % _interning)\n')}
+            inproc = _INPROC.format(mods=mods, timed="", report="")
 
             def argv(v):
-                return [v.python, "-c", ideal if v.name == "ideal" else inproc]
+                return [v.python, "-c", code.get(v.name, inproc)]
             r = _interleave(self.variants(wl, ideal=True), argv, self.args.reps,
                             lambda res: tuple(int(x) / 1e6 for x in res[2].split()),
                             f"inproc {wl}")
@@ -540,17 +588,19 @@ def report(results):
              ""]
     s = results["sections"]
     if "inproc" in s:
-        names = [n for n in ("baseline", "pycds", "inline", "ideal", "peer")
+        names = [n for n in ("baseline", "pycds", "inline", "ideal", "peer", "ideal+intern")
                  if n in next(iter(s["inproc"].values()))]
         has_peer = "peer" in names
         has_inline = "inline" in names
+        has_intern = "ideal+intern" in names
         lines += ["In-process import time, ms: wall (main-thread CPU), medians; ratios are "
                   "medians of per-rep ratios, wall (CPU); inline: pycds with "
                   "PYCDSPREFETCH=0", "",
                   "| workload | " + " | ".join(names) + " | pycds/ideal | pycds/baseline"
                   + (" | inline/baseline" if has_inline else "")
-                  + (" | peer/baseline" if has_peer else "") + " | reps |",
-                  "|---" * (len(names) + 4 + has_peer + has_inline) + "|"]
+                  + (" | peer/baseline" if has_peer else "")
+                  + (" | pycds/ideal+intern" if has_intern else "") + " | reps |",
+                  "|---" * (len(names) + 4 + has_peer + has_inline + has_intern) + "|"]
         for wl, r in s["inproc"].items():
             def col(n, i):
                 return [x[i] for x in r[n]]
@@ -564,9 +614,17 @@ def report(results):
                 row.append(rat("inline", "baseline"))
             if has_peer:
                 row.append(rat("peer", "baseline"))
+            if has_intern:
+                row.append(rat("pycds", "ideal+intern"))
             row.append(str(len(r["baseline"])))
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
+        alone = {wl: _med([x[2] for x in r["ideal+intern"]]) for wl, r in s["inproc"].items()
+                 if all(len(x) > 2 for x in r.get("ideal+intern", [()]))}
+        if alone:
+            lines += ["Re-interning alone (the ideal+intern variant's sys.intern loop, "
+                      "measured inside each run), ms: "
+                      + ", ".join(f"{wl} {ms:.1f}" for wl, ms in alone.items()), ""]
     if "wall" in s:
         names = list(next(iter(s["wall"].values())))
         lines += ["Whole process `python -c \"import ...\"`: wall ms (CPU ms = user+sys), median", "",

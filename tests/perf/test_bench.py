@@ -64,7 +64,31 @@ class TestRun:
         for variant in ("baseline", "pycds", "ideal"):
             (wall, cpu), = r[variant]
             assert wall > 0 and cpu > 0, (variant, r)
+        (wall, cpu, interning), = r["ideal+intern"]
+        assert wall > interning > 0 and cpu > 0, r
+        assert "Re-interning alone" in out.stdout
         assert "| json |" in out.stdout
+
+    def test_ideal_intern_interns_fresh_copies_of_each_modules_names(self, tmp_path):
+        # The strings timed are copies (not the interned objects, no hash
+        # cached), one per distinct interned string of each module's code.
+        listfile = str(tmp_path / "json.mods")
+        run = subprocess.run([sys.executable, "-c",
+                              bench._LIST.format(mods="json", listfile=listfile)],
+                             env=clean_env(), capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        probe = bench._IDEAL.format(mods="json", listfile=listfile,
+                                    setup=bench._INTERN_SETUP, timed="", report="").split(
+            "import sys, time\nc0")[0] + (
+            "assert all(sys.intern(_fresh(c)) is not c for c in _copies)\n"
+            "names = {c for c in _copies}\n"
+            "assert {'JSONDecoder', 'loads', 'scanstring'} <= names, sorted(names)[:20]\n"
+            "print(len(_copies), len(table))\n")
+        out = subprocess.run([sys.executable, "-c", probe], env=clean_env(),
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr[-3000:]
+        copies, modules = map(int, out.stdout.split())
+        assert modules >= 4 and copies > 20 * modules, out.stdout
 
     def test_hook_does_not_import_bench(self, tmp_path):
         # Neither the reference benchmark nor the code it shares with
