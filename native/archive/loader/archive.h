@@ -125,6 +125,7 @@ struct pycds_archive {
     uint64_t pf_woken_limit;  /* pf_limit when it was last woken */
     int pf_joinable;          /* a thread was started and not yet joined */
     pthread_t pf_thread;
+    pid_t pf_tid;             /* its kernel thread id, once it runs (0: not yet) */
     uint64_t pf_ahead;        /* stage-1 runs done ahead (statistics) */
     struct pycds_archive *pf_next_archive;   /* fork registry (prefetch.c) */
     /* page ranges of released tails left for the read-ahead thread to give

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,6 +94,7 @@ prefetch_main(void *arg)
     pycds_archive *a = arg;
     pycds_scratch scratch = {NULL, 0};
     pthread_mutex_lock(&a->mu);
+    a->pf_tid = gettid();
     while (!a->pf_stop) {
         uint32_t k = next_candidate(a);
         if (k == a->nmodules) {
@@ -189,6 +191,7 @@ start_locked(pycds_archive *a)
     int rc = pthread_attr_init(&attr);
     if (rc == 0) {
         (void)pthread_attr_setstacksize(&attr, PREFETCH_STACK);  /* else the default */
+        a->pf_tid = 0;
         rc = pthread_create(&a->pf_thread, &attr, prefetch_main, a);
         (void)pthread_attr_destroy(&attr);
     }
@@ -272,6 +275,25 @@ out:
 
 /* ---- fork ---------------------------------------------------------------- */
 
+/* pthread_join() returns once the kernel has cleared the thread's id, a
+ * moment before it drops the thread from the process: until then
+ * /proc/self/stat still counts it, and CPython 3.12+ reads that count
+ * after fork() to warn that the process forked with threads.  Wait for the
+ * thread to be gone, a bounded time (about 50 ms at most). */
+static void
+wait_gone(pid_t tid)
+{
+    char path[64];
+    if (tid <= 0 || snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid)
+                    >= (int)sizeof path) {
+        return;
+    }
+    struct timespec pause = {0, 50000};
+    for (int i = 0; i < 1000 && access(path, F_OK) == 0; i++) {
+        (void)nanosleep(&pause, NULL);
+    }
+}
+
 static void
 before_fork(void)
 {
@@ -280,7 +302,11 @@ before_fork(void)
         pthread_mutex_lock(&a->mu);
         a->pf_stop = 1;
         pthread_cond_broadcast(&a->work_cv);
+        int joined = a->pf_joinable;
         join_locked(a);
+        if (joined) {
+            wait_gone(a->pf_tid);     /* set by the thread before it exited */
+        }
         /* Pages waiting to be given back go now, so that neither process
          * keeps them (the thread is not restarted after the fork). */
         drain_locked(a);
