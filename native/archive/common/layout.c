@@ -10,6 +10,10 @@
 #define Py_BUILD_CORE 1
 #include "pycds_internal.h"
 #include "internal/pycore_gc.h"
+#if PY_VERSION_HEX >= 0x030B0000
+#  include "internal/pycore_code.h"      /* CO_FAST_*, _Py_OPCODE, _Py_CODEUNIT */
+#  include "opcode.h"                    /* RESUME (3.13: opcode_ids.h) */
+#endif
 #if PY_VERSION_HEX >= 0x030D0000
 #  include "internal/pycore_pyhash.h"    /* _Py_HashBytes */
 #endif
@@ -217,6 +221,18 @@ zero_code_padding(PyCodeObject *c)
                   - offsetof(PyCodeObject, _co_firsttraceable)
                   - sizeof(c->_co_firsttraceable));
 }
+
+/* Copy the memory of code object op up to its bytecode's exact end:
+ * _PyObject_VAR_SIZE rounds up to 8, and the allocation's tail past the
+ * last code unit is uninitialised (the heap block is zero-padded instead).
+ * The layout header sets up the rest. */
+static int
+copy_code_raw(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    size_t size = offsetof(PyCodeObject, co_code_adaptive)
+                  + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
+    return copy_raw(w, op, size, 0, off);
+}
 #endif
 
 /* ---- helpers of pycds_layout_check_object ------------------------------
@@ -239,9 +255,6 @@ code_nargs(const PyCodeObject *co)
 }
 
 #if PY_VERSION_HEX >= 0x030B0000
-#  include "internal/pycore_code.h"      /* CO_FAST_*, _Py_OPCODE */
-#  include "opcode.h"                    /* RESUME (3.13: opcode_ids.h) */
-
 /* init_code() (3.11-3.13): the index of the first RESUME, or the code's
  * length.  A fresh code object's RESUME is not specialised yet (3.13's
  * RESUME_CHECK comes with its first run: layout_312.h, bytecode_is_fresh). */

@@ -62,24 +62,6 @@
     X(co_linetable)
 
 static int
-copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
-{
-    Py_ssize_t n = Py_SIZE(op) < 0 ? -Py_SIZE(op) : Py_SIZE(op);
-    size_t size = offsetof(PyLongObject, ob_digit)
-                  + sizeof(digit) * (size_t)(n > 0 ? n : 1);
-    int rc = copy_raw(w, op, size, 0, off);
-    if (rc) {
-        return rc;
-    }
-    set_refcnt(w, *off);
-    if (n == 0) {
-        /* 0 has room for one digit that _PyLong_New leaves unwritten. */
-        ((PyLongObject *)pycds_w_at(w, *off))->ob_digit[0] = 0;
-    }
-    return copy_type_slot(w, *off, op);
-}
-
-static int
 copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {
     PyCodeObject *src = (PyCodeObject *)op;

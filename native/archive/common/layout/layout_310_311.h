@@ -57,4 +57,21 @@ copy_str(pycds_writer *w, PyObject *op, uint64_t *off)
     return copy_type_slot(w, *off, op);
 }
 
+/* The digits of an int: the same PyLongObject in both versions. */
+static int
+copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
+{
+    Py_ssize_t n = Py_SIZE(op) < 0 ? -Py_SIZE(op) : Py_SIZE(op);
+    size_t size = offsetof(PyLongObject, ob_digit)
+                  + sizeof(digit) * (size_t)(n > 0 ? n : 1);
+    int rc = copy_plain(w, op, size, 0, off);
+    if (rc == PYCDS_OK && n == 0) {
+        /* 0 has room for one digit that _PyLong_New leaves unwritten (3.12's
+         * long_alloc zeroes it).  The 0 a .pyc gives is the static small
+         * int (EXTERNAL); this is for a 0 made on the heap. */
+        ((PyLongObject *)pycds_w_at(w, *off))->ob_digit[0] = 0;
+    }
+    return rc;
+}
+
 #endif /* PYCDS_LAYOUT_310_311_H */

@@ -27,22 +27,6 @@
     X(co_localsplusnames) X(co_localspluskinds) X(co_filename)     \
     X(co_name) X(co_qualname) X(co_linetable)
 
-static int
-copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
-{
-    Py_ssize_t n = Py_SIZE(op) < 0 ? -Py_SIZE(op) : Py_SIZE(op);
-    size_t size = offsetof(PyLongObject, ob_digit)
-                  + sizeof(digit) * (size_t)(n > 0 ? n : 1);
-    int rc = copy_plain(w, op, size, 0, off);
-    if (rc == PYCDS_OK && n == 0) {
-        /* 0 has room for one digit that _PyLong_New leaves unwritten (3.11;
-         * 3.12's long_alloc zeroes it).  The 0 a .pyc gives is the static
-         * small int (EXTERNAL); this is for a 0 made on the heap. */
-        ((PyLongObject *)pycds_w_at(w, *off))->ob_digit[0] = 0;
-    }
-    return rc;
-}
-
 /* Overwrite the bytecode of copy c with the deoptimised bytecode of src
  * (co_code: _PyCode_GetCode, Objects/codeobject.c, 3.11). */
 static int
@@ -68,12 +52,7 @@ fresh_bytecode(PyCodeObject *src, PyCodeObject *c)
 static int
 copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {
-    /* The bytecode's exact end: _PyObject_VAR_SIZE rounds up to 8, and
-     * the allocation's tail past the last code unit is uninitialised
-     * (the heap block is zero-padded instead). */
-    size_t size = offsetof(PyCodeObject, co_code_adaptive)
-                  + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
-    int rc = copy_raw(w, op, size, 0, off);
+    int rc = copy_code_raw(w, op, off);
     if (rc) {
         return rc;
     }

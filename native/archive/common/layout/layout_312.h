@@ -383,12 +383,7 @@ static int
 copy_code(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
 {
     PyCodeObject *src = (PyCodeObject *)op;
-    /* The bytecode's exact end: _PyObject_VAR_SIZE rounds up to 8, and
-     * the allocation's tail past the last code unit is uninitialised
-     * (the heap block is zero-padded instead). */
-    size_t size = offsetof(PyCodeObject, co_code_adaptive)
-                  + (size_t)Py_SIZE(op) * sizeof(_Py_CODEUNIT);
-    int rc = copy_raw(w, op, size, 0, off);
+    int rc = copy_code_raw(w, op, off);
     if (rc) {
         return rc;
     }
