@@ -32,7 +32,7 @@ from .errors import ArchiveFormatError
 def _open(path, check_interpreter=True):
     try:
         return _archive.Index.open(path, check_owner=False,
-                            check_interpreter=check_interpreter)
+                                   check_interpreter=check_interpreter)
     except ArchiveFormatError as e:
         print(f"pycds: {path}: {e}", file=sys.stderr)
         raise SystemExit(2)
