@@ -8,6 +8,7 @@ environment variables through ``pycds.pth``::
 
     PYCDSMODE=DUMP  PYCDSARCHIVE=app.img python app.py   # write the archive at exit
     PYCDSMODE=SHARE PYCDSARCHIVE=app.img python app.py   # run from the archive
+    PYCDSMODE=AUTO python app.py    # share, and keep the archive current by itself
 
 Exports: :func:`stats`, :func:`_dump` (the API form of a dump) and
 ``__version__``; :func:`_start` is what the ``.pth`` line calls.  Importing
@@ -25,8 +26,9 @@ _started = False
 def _start():
     """Switch on the mode the PYCDS* environment variables ask for (run by
     the ``pycds.pth`` line): SHARE installs the finder, DUMP and TRACE
-    register an atexit handler, MANUALLY does nothing.  It never raises: a
-    problem is one warning on stderr and the program runs as plain Python.
+    register an atexit handler, AUTO does both (pycds.auto), MANUALLY does
+    nothing.  It never raises: a problem is one warning on stderr and the
+    program runs as plain Python.
     A second call is a no-op.
 
     It lives in the package itself, as does the rest of start-up's glue:
@@ -56,7 +58,7 @@ def _activate(cfg):
         for problem in cfg.problems:
             _log.warning(problem)
     import os
-    if cfg.mode in (_config.MODE_SHARE, _config.MODE_DUMP):
+    if cfg.mode in (_config.MODE_SHARE, _config.MODE_DUMP, _config.MODE_AUTO):
         if cfg.archive and os.environ.get("PYCDSARCHIVE") != cfg.archive:
             # Children use this very archive (SHARE) or merge into it (DUMP),
             # also when they start in another directory, where a relative
@@ -67,6 +69,9 @@ def _activate(cfg):
     if cfg.mode == _config.MODE_SHARE:
         from . import finder
         return finder.install(cfg)
+    if cfg.mode == _config.MODE_AUTO:
+        from . import auto
+        return auto.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
         from . import _capture, _import_order, dump
@@ -75,6 +80,9 @@ def _activate(cfg):
         dump.preload()
         atexit.register(dump.dump_at_exit, cfg)
         dump.dump_session()   # children started from here on inherit it
+        if cfg.settle > 0:
+            from . import _settle
+            _settle.start(lambda: dump.write_archive(cfg), cfg.settle)
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
         from . import _import_order, trace

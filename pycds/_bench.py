@@ -11,7 +11,9 @@ under SHARE with ``PYCDSVERBOSE=1`` to count the modules served.  Reports
 the medians of wall time and CPU time (user+sys of the process and the
 children it waited for, from wait4) and the median of the per-rep ratios
 SHARE/plain; warns when the exit status or the output differs between
-plain and SHARE runs.
+plain and SHARE runs.  ``--auto`` times ``PYCDSMODE=AUTO`` with the same
+archive as a third variant (its steady state, nothing left to write) and
+reports AUTO/SHARE.
 
 The environment is passed through unchanged, except that plain runs get no
 PYCDS* variable at all, and DUMP and SHARE runs get PYCDSMODE and
@@ -218,6 +220,9 @@ def add_parser(subparsers):
                         "exist, and keep it (default: a temporary one)")
     p.add_argument("--json", metavar="FILE", default="",
                    help="also write the times of every run here")
+    p.add_argument("--auto", action="store_true",
+                   help="also time PYCDSMODE=AUTO with the same archive (its steady "
+                        "state: nothing to write) beside SHARE")
     p.add_argument("-i", "--ignore-failure", action="store_true",
                    help="measure a command that exits with a non-zero status")
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -286,6 +291,9 @@ def _bench(args, argv, exe, archive, temporary, progress):
     plain_env, dump_env, share_env = _envs(archive)
     plain = _Variant("plain", plain_env)
     share = _Variant("SHARE", share_env)
+    variants = [plain, share]
+    if getattr(args, "auto", False):
+        variants.append(_Variant("AUTO", dict(share_env, PYCDSMODE="AUTO")))
 
     def once(v, what):
         wall, cpu, out, err, rc = run(argv, v.env, exe)
@@ -294,7 +302,7 @@ def _bench(args, argv, exe, archive, temporary, progress):
         v.exits.add(rc)
         v.outs.add(hash(out))
         v.errs.add(hash(err))
-        if v is share:
+        if v is not plain:
             v.pycds_lines += [line for line in err.splitlines() if line.startswith(_WARNING)]
         return wall * 1e3, cpu * 1e3
 
@@ -313,7 +321,7 @@ def _bench(args, argv, exe, archive, temporary, progress):
                   "a Python with pycds installed that exits normally (atexit)"
                   + "".join("\n  " + line for line in said), file=sys.stderr)
             return 1
-    times = {"plain": [], "SHARE": []}    # the timed runs so far
+    times = {v.name: [] for v in variants}    # the timed runs so far
     timed = [False]
 
     def show(rep, v):
@@ -331,7 +339,7 @@ def _bench(args, argv, exe, archive, temporary, progress):
             times[v.name].append(t)
         return t
 
-    res = interleave([plain, share], args.reps, one, args.warmup, show)
+    res = interleave(variants, args.reps, one, args.warmup, show)
     progress.show("SHARE run with PYCDSVERBOSE=1 (counts the modules served)")
     _, _, _, err, rc = run(argv, dict(share_env, PYCDSVERBOSE="1"), exe)
     if rc != 0 and not args.ignore_failure:
@@ -352,7 +360,13 @@ def _bench(args, argv, exe, archive, temporary, progress):
         "ratio": {what: ratio([t[i] for t in res["SHARE"]], [t[i] for t in res["plain"]])
                   for i, what in enumerate(("wall", "cpu"))},
     }
+    if "AUTO" in res:
+        result["auto_ratio"] = {
+            what: ratio([t[i] for t in res["AUTO"]], [t[i] for t in res["SHARE"]])
+            for i, what in enumerate(("wall", "cpu"))}
     result["warnings"] = warnings = _differences(plain, share)
+    for v in variants[2:]:
+        warnings += [w.replace("SHARE", v.name) for w in _differences(plain, v)]
     if served == 0:
         warnings.append("no module was served from the archive" + (
             ": the command imports no module pycds archives" if not nmodules else
@@ -436,10 +450,13 @@ def _table(r, made, temporary):
              f"reps:     {r['reps']} of each, interleaved, after {r['warmup']} warm-up"
              f"{'' if r['warmup'] == 1 else 's'}",
              "",
-             f"{'':10} {'plain':>10} {'SHARE':>10} {'SHARE/plain':>12}"]
+             f"{'':10} {'plain':>10} {'SHARE':>10} {'SHARE/plain':>12}"
+             + (f" {'AUTO':>10} {'AUTO/SHARE':>11}" if "AUTO" in m else "")]
     for label, key in rows:
         lines.append(f"{label:10} {m['plain'][key]:10.1f} {m['SHARE'][key]:10.1f} "
-                     f"{r['ratio'][key]:12.3f}")
-    lines += ["", "Times are medians; SHARE/plain is the median of the per-rep ratios.",
+                     f"{r['ratio'][key]:12.3f}"
+                     + (f" {m['AUTO'][key]:10.1f} {r['auto_ratio'][key]:11.3f}"
+                        if "AUTO" in m else ""))
+    lines += ["", "Times are medians; a ratio is the median of the per-rep ratios.",
               "CPU: user+sys of the command and the processes it waited for."]
     return "\n".join(lines)

@@ -1,8 +1,10 @@
 """The PYCDS* environment variables, parsed in one place.
 
 =================  =========================================================
-``PYCDSMODE``      ``DUMP``, ``SHARE``, ``TRACE`` or ``MANUALLY`` (nothing at
-                   start-up; the API is used by hand).  Unset: pycds is off.
+``PYCDSMODE``      ``AUTO`` (share what the archive still serves, rewrite it at
+                   exit when it no longer fits: pycds.auto), ``DUMP``,
+                   ``SHARE``, ``TRACE`` or ``MANUALLY`` (nothing at start-up;
+                   the API is used by hand).  Unset: pycds is off.
 ``PYCDSARCHIVE``   archive path; default: one per interpreter and program in
                    ``$XDG_CACHE_HOME/pycds/`` (else ``~/.cache/pycds/``).
 ``PYCDSLIST``      module list written by TRACE (default ``pycds.lst``).
@@ -14,6 +16,9 @@
                    (against crafted, re-signed archives); default ``0``.
 ``PYCDSPREFETCH``  ``1`` (default): read and relocate the chunks that follow
                    the one being imported on a second CPU; ``0``: off.
+``PYCDSSETTLE``    seconds without a new import after which DUMP and AUTO
+                   write the archive before the program ends (default 5; 0:
+                   only at exit): pycds._settle.
 ``PYCDSRELEASE``   ``1`` (default): once a module body has run, give back
                    the memory of what only it used (its code object, dead
                    interned-string copies); ``0``: keep it; ``protect``
@@ -35,6 +40,7 @@ MODE_TRACE = 1
 MODE_DUMP = 2
 MODE_SHARE = 3
 MODE_MANUALLY = 4
+MODE_AUTO = 5
 
 _MODES = {
     "": MODE_OFF,
@@ -43,23 +49,27 @@ _MODES = {
     "DUMP": MODE_DUMP,
     "SHARE": MODE_SHARE,
     "MANUALLY": MODE_MANUALLY,
+    "AUTO": MODE_AUTO,
 }
 CHECKS = ("mtime", "hash", "unchecked")
 # PYCDSRELEASE values (the native PYCDS_RELEASE_* modes)
 RELEASE_OFF, RELEASE_ON, RELEASE_PROTECT = 0, 1, 2
 _RELEASES = {"0": RELEASE_OFF, "1": RELEASE_ON, "protect": RELEASE_PROTECT}
+# PYCDSSETTLE's default, seconds.
+DEFAULT_SETTLE_S = 5.0
 
 
 class Config:
     """Parsed settings.  ``problems`` lists messages for bad values."""
 
     __slots__ = ("mode", "archive", "listfile", "verbose", "check", "verify",
-                 "prefetch", "release", "problems")
+                 "prefetch", "release", "settle", "problems")
 
     def __init__(self, mode=MODE_OFF, archive="", listfile="", verbose=0,
                  check="mtime", problems=(), verify=False, prefetch=True,
-                 release=RELEASE_ON):
+                 release=RELEASE_ON, settle=DEFAULT_SETTLE_S):
         self.mode = mode
+        self.settle = settle
         self.release = release
         self.verify = verify
         self.prefetch = prefetch
@@ -85,8 +95,8 @@ def from_environ(environ=None, flags=None):
     raw = environ.get("PYCDSMODE", "")
     mode = _MODES.get(raw.strip().upper())
     if mode is None:
-        problems.append(f"PYCDSMODE={raw!r} is not one of DUMP, SHARE, TRACE, "
-                        f"MANUALLY; pycds is off")
+        problems.append(f"PYCDSMODE={raw!r} is not one of AUTO, DUMP, SHARE, "
+                        f"TRACE, MANUALLY; pycds is off")
         mode = MODE_OFF
     verbose = 0
     rawv = environ.get("PYCDSVERBOSE", "0").strip() or "0"
@@ -112,8 +122,19 @@ def from_environ(environ=None, flags=None):
     if release is None:
         problems.append(f"PYCDSRELEASE={rawrel!r} is not 0, 1 or protect; using 1")
         release = RELEASE_ON
+    rawsettle = environ.get("PYCDSSETTLE", "").strip()
+    settle = DEFAULT_SETTLE_S
+    if rawsettle:
+        try:
+            settle = float(rawsettle)
+            if not 0 <= settle < float("inf"):
+                raise ValueError
+        except ValueError:
+            problems.append(f"PYCDSSETTLE={rawsettle!r} is not a number of seconds "
+                            f">= 0; using {DEFAULT_SETTLE_S:g}")
+            settle = DEFAULT_SETTLE_S
     archive = environ.get("PYCDSARCHIVE", "")
-    if not archive and mode in (MODE_DUMP, MODE_SHARE):
+    if not archive and mode in (MODE_DUMP, MODE_SHARE, MODE_AUTO):
         archive = default_archive_path(environ)
         if not archive:
             problems.append(f"PYCDSMODE={raw.strip()} without PYCDSARCHIVE needs a cache "
@@ -127,7 +148,7 @@ def from_environ(environ=None, flags=None):
         archive = _absolute(archive)
         listfile = _absolute(listfile)
     return Config(mode, archive, listfile, verbose, check, problems, verify,
-                  prefetch, release)
+                  prefetch, release, settle)
 
 
 def _absolute(path):

@@ -34,7 +34,7 @@ from . import _archive, _capture, _config, _import_order, _log, _nativeload, _py
 from . import _search, _trust, _writer
 from .errors import ArchiveFormatError
 
-__all__ = ["snapshot", "dump_modules", "dump_at_exit"]
+__all__ = ["snapshot", "dump_modules", "dump_at_exit", "write_archive"]
 
 
 
@@ -111,7 +111,8 @@ def collect(pairs):
         yield name, module, spec
 
 
-def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
+def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
+                 refresh=None):
     """Archive the modules among ``pairs`` into ``path``; with
     ``skip_preloaded``, not those imported before capturing started
     (pycds._capture.preloaded).
@@ -121,9 +122,45 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
     modules that cannot be archived are skipped (listed at PYCDSVERBOSE=2).
     With a ``session`` id (see :func:`dump_session`), modules that other
     processes of the session wrote to ``path`` are kept.
+
+    ``refresh`` (AUTO: pycds.auto) is a function of the archive now at
+    ``path`` that gives the pairs still to write into it and the meta
+    entries to add, or None when it needs nothing; the modules of that
+    archive not among them are kept, whatever session wrote them.  It runs
+    under the directory lock, so that processes writing at once each see
+    what the others wrote.
     """
     from . import _nativeapi as N
 
+    if refresh is None:
+        copied = _copy(pairs, verbose, skip_preloaded, N)
+        with _directory_lock(path):
+            if session and not _session_is_ours(session) and _session_of(path) == session:
+                # The session's archive, of another interpreter: keep it whole.
+                if verbose:
+                    _log.verbose(f"no archive written by this process: its interpreter is "
+                                 f"not the one its DUMP session began with ({path})", 1)
+                return 0, copied[2]
+            # Processes of one DUMP session (a program and the children that
+            # inherit PYCDSMODE=DUMP) each write the archive at exit; each keeps
+            # the modules the others wrote, so the last writer loses nothing.
+            n = _write(path, copied, session, session, N)
+    else:
+        with _directory_lock(path):
+            plan = refresh(path)
+            if plan is None:
+                return 0, 0
+            pairs, extra_meta = plan
+            copied = _copy(pairs, verbose, False, N)
+            copied[3].update(extra_meta)
+            n = _write(path, copied, None, True, N)
+    _warn_if_refused(path)
+    return n, copied[2]
+
+
+def _copy(pairs, verbose, skip_preloaded, N):
+    """``(writer, entries, skipped, meta)``: the archivable modules among
+    ``pairs`` copied into a new native writer, and the archive's meta."""
     archive_id = int.from_bytes(os.urandom(8), "little") or 1
     writer = N.Writer(archive_id)
     entries, skipped, ranges = _add_modules(writer, pairs, verbose, skip_preloaded)
@@ -134,34 +171,33 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()
     meta["created"] = time.time()
+    return writer, entries, skipped, meta, archive_id
+
+
+def _write(path, copied, session, carry, N):
+    """Write ``copied`` (from :func:`_copy`) to ``path``, with the modules
+    of the archive there that it lacks when ``carry`` is true (``True``:
+    whatever session wrote them; a session id: only that session's).
+    Returns the number of modules written.  Call with the directory lock
+    held."""
+    writer, entries, _, meta, archive_id = copied
     if session:
         meta["session"] = session
     heap = writer.heap()
     relocs = writer.relocs()
-    with _directory_lock(path):
-        if session and not _session_is_ours(session) and _session_of(path) == session:
-            # The session's archive, of another interpreter: keep it whole.
-            if verbose:
-                _log.verbose(f"no archive written by this process: its interpreter is "
-                             f"not the one its DUMP session began with ({path})", 1)
-            return 0, skipped
-        # Processes of one DUMP session (a program and the children that
-        # inherit PYCDSMODE=DUMP) each write the archive at exit; each keeps
-        # the modules the others wrote, so the last writer loses nothing.
-        more = _carry_over(path, session, entries, archive_id, len(heap),
-                           len(relocs) // 4, N)
-        if more[0]:
-            entries = entries + more[0]
-            heap = b"".join([heap, *more[1]])
-            relocs = b"".join([relocs, *more[2]])
-        header, parts = _archive.layout(entries, len(heap), len(relocs) // 4,
-                                        meta, archive_id)
-        parts.insert(0, (0, header.pack()))
-        parts.append((header.heap_off, heap))
-        parts.append((header.reloc_off, relocs))
-        _writer.write_atomic(path, parts, header.file_len)
-    _warn_if_refused(path)
-    return len(entries), skipped
+    more = _carry_over(path, carry, entries, archive_id, len(heap),
+                       len(relocs) // 4, N) if carry else ([], [], [])
+    if more[0]:
+        entries = entries + more[0]
+        heap = b"".join([heap, *more[1]])
+        relocs = b"".join([relocs, *more[2]])
+    header, parts = _archive.layout(entries, len(heap), len(relocs) // 4,
+                                    meta, archive_id)
+    parts.insert(0, (0, header.pack()))
+    parts.append((header.heap_off, heap))
+    parts.append((header.reloc_off, relocs))
+    _writer.write_atomic(path, parts, header.file_len)
+    return len(entries)
 
 
 def _add_modules(writer, pairs, verbose, skip_preloaded):
@@ -341,9 +377,10 @@ class _directory_lock:
 
 def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
     """The modules of the archive at ``path`` that ``entries`` lacks, if it
-    was written in this DUMP session by this interpreter build: returns
-    ``(entries, heap parts, relocation parts)`` to append, each chunk
-    checked against its old checksum and re-signed for ``archive_id``."""
+    was made by this interpreter build and, unless ``session`` is True, in
+    the DUMP session ``session``: returns ``(entries, heap parts,
+    relocation parts)`` to append, each chunk checked against its old
+    checksum and re-signed for ``archive_id``."""
     out = ([], [], [])
     if not session:
         return out
@@ -352,7 +389,7 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
     except ArchiveFormatError:
         return out
     try:
-        if index.meta.get("session") != session or \
+        if (session is not True and index.meta.get("session") != session) or \
                 index.meta.get("layout") != N.layout_id():
             return out
         have = {e.name for e in entries}
@@ -411,10 +448,24 @@ def preload():
 def dump_at_exit(config):
     """The atexit handler of DUMP mode: never raises, never changes the exit
     status; a failure is one warning saying no archive was written.  Does
-    nothing in a subinterpreter (its atexit handlers run when it ends)."""
-    from . import is_main_interpreter
+    nothing in a subinterpreter (its atexit handlers run when it ends).
+    Stops the settle watcher first (pycds._settle), waiting for a write it
+    has begun."""
+    from . import _settle, is_main_interpreter
     if not is_main_interpreter():
         return
+    lock = _settle.stop()
+    try:
+        write_archive(config)
+    finally:
+        lock.release()
+        _capture.stop()
+
+
+def write_archive(config):
+    """Write the archive of every module imported so far (at exit, or once
+    imports have settled: pycds._settle).  Never raises: a failure is one
+    warning saying no archive was written."""
     pairs = snapshot()
     t0 = time.perf_counter()
     try:
@@ -426,8 +477,6 @@ def dump_at_exit(config):
         _log.warning(f"no archive was written to {config.archive}: "
                      f"{str(e) or type(e).__name__}")
         return
-    finally:
-        _capture.stop()
     ms = (time.perf_counter() - t0) * 1e3
     _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "
                  f"in {ms:.1f} ms", 1)

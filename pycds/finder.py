@@ -31,6 +31,7 @@ import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
 
 from . import _archive, _pyc
+from ._config import MODE_AUTO
 from .errors import (BOOTSTRAP_FILES, E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
 
@@ -91,6 +92,19 @@ def _fallback(name, reason):
     f[reason] = f.get(reason, 0) + 1
     if _verbose:
         _say(f"fallback {name}: {reason}", 1)
+
+
+# Names of this run's imports the archive did not fit: looked up and not
+# there (missed), or there but no longer what plain import would run
+# (stale).  What AUTO rewrites (pycds.auto) and what a SHARE run's
+# stale-archive line counts (pycds._stale).
+missed = set()
+stale = set()
+
+
+def _stale_fallback(name, reason):
+    stale.add(name)
+    _fallback(name, reason)
 
 
 # Heap bytes of archived modules the interpreter itself imports before the
@@ -385,7 +399,7 @@ class ArchivedCode:
             # an import statement, find_spec checked it a moment ago.)
             st = _pyc.stat_or_none(loader.path)
             if st is None or st.st_mtime_ns != ref.mtime_ns or st.st_size != ref.size:
-                _fallback(fullname, "source changed since it was found")
+                _stale_fallback(fullname, "source changed since it was found")
                 return SourceFileLoader.get_code(loader, fullname)
         code = archive.load_code(ref)
         if code is None:
@@ -520,6 +534,7 @@ class CDSFinder:
             archive.disable(_LOST_FD if archive.index.fd_lost() else f"index unreadable ({e})")
             return None
         if entry is None:
+            missed.add(fullname)
             if _verbose >= 2:
                 _say(f"not in archive {fullname}", 2)
             return None
@@ -552,11 +567,11 @@ class CDSFinder:
             _fallback(fullname, "SourceFileLoader is patched")
             return spec
         if spec.origin != entry.origin:
-            _fallback(fullname, "resolves to another file")
+            _stale_fallback(fullname, "resolves to another file")
             return spec
         reason, st = _pyc.check(entry, archive.check, spec.cached)
         if reason is not None:
-            _fallback(fullname, reason)
+            _stale_fallback(fullname, reason)
             if reason == "source is gone":
                 # Gone within the directory's mtime granularity: the
                 # listing replayed from the dump may be out of date.
@@ -602,12 +617,17 @@ def install(config):
         _log.level = max(_log.level, _verbose)
     # The first SHARE process of a process tree names its interpreter facts
     # for the processes it starts, which inherit its archive (PYCDSARCHIVE).
+    global _tree_root
     session = os.environ.get(SHARE_SESSION_VAR)
     if not session:
+        _tree_root = True
         session = os.environ[SHARE_SESSION_VAR] = _archive.interpreter_tag()
+    auto = config.mode == MODE_AUTO
     try:
         index = _archive.Index.open(config.archive, out_of_the_way=True)
     except ArchiveFormatError as e:
+        global open_failure
+        open_failure = str(e)
         if isinstance(e, ForeignArchiveError) and session != _archive.interpreter_tag():
             # A child run by another Python or with other flags (-O) was
             # handed its parent's archive, not one made for it: plain
@@ -615,8 +635,15 @@ def install(config):
             if _verbose:
                 _say(f"archive {config.archive} not used: {e} (the archive of "
                      "a parent process run by another interpreter)", 1)
+        elif auto and (isinstance(e, ForeignArchiveError)
+                       or not os.path.lexists(config.archive)):
+            # AUTO writes the first archive, or replaces the one another
+            # interpreter (or an older pycds) made, at exit: nothing wrong.
+            if _verbose:
+                _say(f"archive {config.archive} not used: {e}; AUTO writes one at exit", 1)
         else:
-            _warn(f"archive {config.archive} ignored: {e}")
+            _warn(f"archive {config.archive} ignored: {e}"
+                  + ("; AUTO writes a fresh one at exit" if auto else ""))
         return None
     finder = CDSFinder(_Archive(index, config.check, config.verify,
                                 config.prefetch, config.release))
@@ -630,7 +657,25 @@ def install(config):
     _counters["archive"] = config.archive
     _counters["modules_in_archive"] = index.header.nmodules
     _counters["open_ms"] = (time.perf_counter() - t0) * 1e3
+    if not auto:
+        # (AUTO rewrites a stale archive instead: pycds.auto.)
+        import atexit
+        atexit.register(_report_stale)
     return finder
+
+
+# Why install() could not use the archive ("" when it could).
+open_failure = ""
+# Whether this process began its process tree's SHARE session (the one
+# that reports a stale archive, once for the tree).
+_tree_root = False
+
+
+def _report_stale():
+    # The SHARE run's exit: one line when much of the archive was stale.
+    if stale and _tree_root and _installed is not None:
+        from . import _stale
+        _stale.report(len(stale), _counters["served"], _counters["archive"])
 
 
 def uninstall():

@@ -192,3 +192,20 @@ class TestInterleave:
     def test_ratio_pairs_reps(self):
         assert _bench.ratio([1, 4, 9], [2, 2, 3]) == 2.0
         assert _bench.ratio([2, 2], [0, 1]) == 2.0    # a zero baseline is left out
+
+
+def test_auto_variant_is_timed_beside_share(tmp_path):
+    # AUTO's steady state, with the archive the DUMP run made: one more
+    # column, AUTO/SHARE, the same output, and nothing written.
+    archive = tmp_path / "b.img"
+    script = tmp_path / "prog.py"
+    script.write_text("import json\nprint(json.dumps([1]))\n")
+    r = run_python(["-m", "pycds", "bench", "--reps", "2", "--auto", "--archive",
+                    str(archive), "--json", str(tmp_path / "r.json"), "--",
+                    sys.executable, str(script)], cwd=str(tmp_path))
+    assert r.rc == 0, r
+    header = [line for line in r.out.splitlines() if "SHARE/plain" in line][0]
+    assert "AUTO" in header and "AUTO/SHARE" in header
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert len(res["runs"]["AUTO"]) == 2 and res["auto_ratio"]["wall"] > 0
+    assert res["warnings"] == [], res

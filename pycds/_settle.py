@@ -1,0 +1,92 @@
+"""Writing the archive once a program's imports have settled (DUMP, AUTO).
+
+A server stopped by SIGTERM, a pool worker ended by ``os._exit`` never run
+their atexit handlers, so a dump at exit alone writes nothing for them.  A
+watcher thread writes the archive once no module has been added to
+``sys.modules`` for ``PYCDSSETTLE`` seconds; the dump at a normal exit still
+runs and adds what was imported since.
+
+The program sees nothing of it: the thread is a bare ``_thread`` thread
+(not in ``threading.enumerate()``), blocks every signal (the kernel
+delivers them to the program's threads, so a handler waiting in the main
+thread runs as without pycds), prints only what the dump at exit would, and
+ends at the first of: its write, the exit handler, or the interpreter's
+shutdown.  A process forked by the program gets a watcher of its own.
+"""
+
+import _signal
+import _thread
+import os
+import sys
+import time
+
+__all__ = ["start", "stop"]
+
+_lock = _thread.allocate_lock()    # held while an archive is written
+_state = {"stopped": False, "write": None, "quiet_s": 0.0, "forks": False}
+
+
+def start(write, quiet_s):
+    """Call ``write()`` once, from a thread of its own, when
+    ``len(sys.modules)`` has not changed for ``quiet_s`` seconds (> 0).
+    ``write`` must not raise (its errors are its own to report)."""
+    _state.update(stopped=False, write=write, quiet_s=quiet_s)
+    try:
+        _spawn()
+    except RuntimeError:
+        # An isolated subinterpreter has no threads (3.12+; the dump at
+        # exit does nothing there either).
+        return
+    if not _state["forks"]:
+        _state["forks"] = True
+        os.register_at_fork(after_in_child=_after_fork)
+
+
+def stop():
+    """Stop the watcher and wait for a write it has begun (the exit
+    handler, before its own write).  Returns the lock held: release it
+    when done."""
+    _state["stopped"] = True
+    _lock.acquire()
+    return _lock
+
+
+def _spawn():
+    # The new thread inherits this mask: blocked from its first instruction.
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+    try:
+        _thread.start_new_thread(_watch, ())
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+
+
+def _after_fork():
+    global _lock
+    _lock = _thread.allocate_lock()     # the parent's writer is not here
+    if not _state["stopped"] and _state["write"] is not None:
+        try:
+            _spawn()
+        except Exception:
+            pass
+
+
+def _watch():
+    quiet_s = _state["quiet_s"]
+    poll = min(max(quiet_s / 4, 0.05), 1.0)
+    seen = len(sys.modules)
+    since = time.monotonic()
+    while not _state["stopped"]:
+        time.sleep(poll)
+        n = len(sys.modules)
+        now = time.monotonic()
+        if n != seen:
+            seen, since = n, now
+        elif now - since >= quiet_s:
+            break
+    if _state["stopped"] or not _lock.acquire(False):
+        return
+    try:
+        if not _state["stopped"]:
+            _state["write"]()
+    finally:
+        _lock.release()

@@ -1,0 +1,220 @@
+"""AUTO: share what the archive still serves; at exit, write into it what
+it did not.
+
+The behaviour of the JDK's ``-XX:+AutoCreateSharedArchive`` (JDK 19, JEP
+350's dynamic archive made automatic): with the program's archive present
+and usable, a run is a SHARE run (pycds.finder); with none, or with one that
+no longer fits, it shares what still fits and writes the archive at exit,
+so that the next run is served whole.
+
+At exit the modules of this run's imports that the archive did not fit --
+not in it (``pycds.finder.missed``), or in it but stale
+(``pycds.finder.stale``: edited, upgraded, moved) -- are copied into a
+fresh archive together with every module of the old one they do not
+replace, whose chunks are carried over as they are (pycds.dump).  When a
+write happens:
+
+- no usable archive (none yet, damaged, made by another interpreter or
+  another pycds): always;
+- stale modules: always (each edit or upgrade is rewritten once);
+- only modules the archive lacks: the first time at once; after ``k``
+  such rewrites in a row, only once the archive is :func:`add_backoff_s`
+  old (1 s, 2 s, 4 s, ... up to an hour), so a program whose imports
+  differ on every run (plugins picked at random) rewrites it a
+  logarithmic number of times, not on every run.
+
+Writers of one archive take turns under its directory's lock
+(pycds.dump); each one, holding it, looks again at the archive now there
+and writes only what that one still lacks, so processes ending at once
+(a server's workers, a test suite's subprocesses) write the archive once
+between them and none loses what another wrote.  Where the archive cannot
+be written (its directory read-only or not ours) AUTO shares what it can
+and says so once for the process tree: the tree's first process, when it
+lacked modules itself.
+"""
+
+import atexit
+import os
+import sys
+import time
+
+from . import _log, finder
+
+__all__ = ["install", "add_backoff_s"]
+
+# Set by the first AUTO process of a process tree, inherited by the rest:
+# only that one says the archive cannot be written.
+TREE_VAR = "PYCDS_AUTO_TREE"
+
+# The longest wait between two rewrites that only add modules, seconds.
+ADD_BACKOFF_MAX_S = 3600.0
+
+
+def add_backoff_s(adds):
+    """Seconds the archive must have stood before a rewrite that only adds
+    modules, after ``adds`` such rewrites in a row: 0, then 1, 2, 4, ...
+    up to :data:`ADD_BACKOFF_MAX_S`."""
+    return 0.0 if adds <= 0 else min(2.0 ** (adds - 1), ADD_BACKOFF_MAX_S)
+
+
+class _Run:
+    """This process's AUTO state, from start-up to its exit handler."""
+
+    def __init__(self, cfg, installed):
+        self.cfg = cfg
+        self.installed = installed
+        # What start-up imported before pycds.pth ran: a SHARE run imports
+        # it before its finder too, so it is not archived.
+        self.preloaded = set(sys.modules)
+        self.recording = False
+        self.wrote = False      # an archive write was made by this process
+        self.warned = False
+        # The first AUTO process of a process tree says what the tree
+        # cannot write; the processes it starts inherit the mark.
+        self.tree_root = not os.environ.get(TREE_VAR)
+        os.environ[TREE_VAR] = "1"
+
+    def at_exit(self):
+        # Never raises, never changes the exit status or the output.
+        from . import _settle, is_main_interpreter
+        if not is_main_interpreter():
+            return
+        lock = _settle.stop()
+        try:
+            self.write()
+        finally:
+            lock.release()
+            if self.recording:
+                from . import _capture
+                _capture.stop()
+
+    def write(self):
+        """Write what the archive lacks, if a write is due (at exit, or
+        once imports have settled: pycds._settle).  Never raises."""
+        try:
+            self.write_if_due()
+        except BaseException as e:
+            _log.warning(f"AUTO: no archive was written to {self.cfg.archive}: "
+                         f"{str(e) or type(e).__name__}")
+
+    def todo(self):
+        """``(pairs, stale)``: the archivable modules of this run the archive
+        did not fit, and whether any of them is stale."""
+        from . import dump
+        out = []
+        stale = False
+        # (An archive found damaged during the run is dropped for all of it.)
+        fresh = self.installed is None or self.installed.archive.disabled
+        for name, module, spec in dump.collect(dump.snapshot()):
+            if name in self.preloaded:
+                continue
+            if fresh or name in finder.missed:
+                out.append((name, module))
+            elif name in finder.stale:
+                out.append((name, module))
+                stale = True
+        return out, stale or fresh
+
+    def write_if_due(self):
+        pairs, replaces = self.todo()
+        if not pairs:
+            return
+        path = self.cfg.archive
+        if not replaces and not self.wrote:
+            # (A process's exit write after its settle write is one rewrite.)
+            meta = self.installed.archive.index.meta
+            adds = meta.get("auto_adds", 0)
+            age = time.time() - meta.get("created", 0.0)
+            wait = add_backoff_s(adds if type(adds) is int else 0)
+            if age < wait:
+                if self.cfg.verbose:
+                    _log.verbose(f"AUTO: {len(pairs)} modules not in {path}; "
+                                 f"not rewritten before it is {wait:.0f} s old", 1)
+                return
+        why = _unwritable(path)
+        if why:
+            if self.tree_root and not self.warned:
+                self.warned = True
+                _log.warning(f"AUTO cannot write {path} ({why}): modules it lacks "
+                             "are imported plainly")
+            return
+        from . import dump
+        t0 = time.perf_counter()
+        bump = not self.wrote
+        self.wrote = True
+        n, _ = dump.dump_modules(
+            pairs, path, self.cfg.verbose,
+            refresh=lambda p: _refresh(p, pairs, replaces, self.cfg.check, bump))
+        if self.cfg.verbose:
+            ms = (time.perf_counter() - t0) * 1e3
+            _log.verbose(f"AUTO: wrote {n} modules to {path} in {ms:.1f} ms"
+                         if n else f"AUTO: {path} already holds what this run lacked", 1)
+
+
+def _refresh(path, pairs, replaces, check, bump=True):
+    """What to write into the archive now at ``path`` (pycds.dump's
+    ``refresh``, under the directory lock): the modules of ``pairs`` it
+    still lacks or holds stale, and the rewrite count; None when another
+    process has written them since this one started."""
+    from . import _archive, _pyc
+    from .errors import ArchiveFormatError
+    try:
+        index = _archive.Index.open(path)
+    except ArchiveFormatError:
+        return pairs, {"auto_adds": 0}
+    try:
+        left = []
+        stale = False
+        for name, module in pairs:
+            entry = index.lookup(name)
+            spec = getattr(module, "__spec__", None)
+            if entry is None or spec is None:
+                left.append((name, module))
+            elif entry.origin != spec.origin or \
+                    _pyc.check(entry, check, spec.cached)[0] is not None:
+                left.append((name, module))
+                stale = True
+        if not left:
+            return None
+        adds = index.meta.get("auto_adds", 0)
+        if type(adds) is not int or stale or replaces:
+            adds = 0
+        elif bump:
+            adds += 1
+        return left, {"auto_adds": adds}
+    finally:
+        index.close()
+
+
+def _unwritable(path):
+    """Why the archive at ``path`` cannot be written here ("" if it can):
+    checked before copying anything, so that a read-only deployment costs
+    nothing at exit."""
+    d = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(d):        # (made by the writer)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return "no directory"
+        d = parent
+    if not os.access(d, os.W_OK | os.X_OK):
+        return f"{d} is not writable"
+    return ""
+
+
+def install(cfg):
+    """AUTO's start-up: the finder over what the archive serves (None when
+    there is no usable archive), and the exit handler that writes what it
+    lacked.  With no usable archive the run records as DUMP does (the code
+    its imports ran, their order), since it writes every module."""
+    installed = finder.install(cfg)
+    run = _Run(cfg, installed)
+    if installed is None:
+        from . import _capture, _import_order, dump
+        run.recording = _capture.install()
+        _import_order.install()
+        dump.preload()
+    atexit.register(run.at_exit)
+    if cfg.settle > 0:
+        from . import _settle
+        _settle.start(run.write, cfg.settle)
+    return installed

@@ -1,0 +1,322 @@
+"""PYCDSMODE=AUTO (pycds.auto): the archive written, kept current and shared
+by itself; and the line a SHARE run prints when its archive went stale."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import clean_env, installed, run_python
+from pycds import _archive, auto
+
+APP = """\
+import sys
+import {mods}
+print("ok", {values})
+"""
+
+
+def archived(path):
+    index = _archive.Index.open(str(path))
+    try:
+        return {e.name for e in index.entries()}
+    finally:
+        index.close()
+
+
+def meta(path):
+    index = _archive.Index.open(str(path))
+    try:
+        return dict(index.meta)
+    finally:
+        index.close()
+
+
+def make_app(tmp_path, modules, imports=None):
+    """An application directory: main.py importing ``imports`` (default:
+    every module), each module ``name = value``, written as installed long
+    ago (a valid .pyc, old mtimes)."""
+    app = tmp_path / "app"
+    app.mkdir(exist_ok=True)
+    for name, value in modules.items():
+        write_module(app / f"{name}.py", f"VALUE = {value!r}\n")
+    imports = list(modules) if imports is None else imports
+    write_main(app, imports)
+    return app
+
+
+def write_module(path, text, age=3600):
+    path.write_text(text)
+    installed(path, age=age)
+
+
+def write_main(app, imports):
+    values = ", ".join(f"{m}.VALUE" for m in imports) or "0"
+    (app / "main.py").write_text(APP.format(mods=", ".join(imports + ["json"]),
+                                            values=values))
+
+
+def plugin_app(tmp_path, names):
+    """An application importing the module its first argument names, one
+    of ``names`` (each ``VALUE = <its number>``)."""
+    app = make_app(tmp_path, {name: i for i, name in enumerate(names)}, imports=[])
+    (app / "main.py").write_text(
+        "import importlib, sys, json\n"
+        "print(importlib.import_module(sys.argv[1]).VALUE)\n")
+    return app
+
+
+def auto_run(app, archive, *args, **env):
+    return run_python([str(app / "main.py"), *args], cwd=str(app), PYCDSMODE="AUTO",
+                      PYCDSARCHIVE=str(archive), PYCDSVERBOSE=1, **env)
+
+
+def plain_run(app, *args):
+    return run_python([str(app / "main.py"), *args], cwd=str(app))
+
+
+def written(run):
+    return [line for line in run.err.splitlines() if "AUTO: wrote" in line]
+
+
+def test_first_run_writes_second_is_served_whole(tmp_path):
+    app = make_app(tmp_path, {"alpha": 1, "beta": 2})
+    archive = tmp_path / "a.img"
+    plain = plain_run(app)
+    first = auto_run(app, archive)
+    assert first.rc == 0 and first.out == plain.out, first
+    assert first.warnings() == [], first
+    assert written(first), first
+    assert {"alpha", "beta", "json", "json.decoder"} <= archived(archive)
+    second = auto_run(app, archive)
+    assert second.out == plain.out and second.rc == 0
+    assert {"alpha", "beta", "json"} <= set(second.served()), second
+    assert second.fallbacks() == [] and not written(second), second
+
+
+def test_edit_then_next_run_rewrites_and_the_one_after_is_served(tmp_path):
+    app = make_app(tmp_path, {"alpha": 1, "beta": 2})
+    archive = tmp_path / "a.img"
+    auto_run(app, archive)
+    write_module(app / "alpha.py", "VALUE = 'edited'\n", age=60)
+    after_edit = auto_run(app, archive)
+    assert after_edit.out == plain_run(app).out == "ok edited 2\n", after_edit
+    assert written(after_edit), after_edit
+    again = auto_run(app, archive)
+    assert again.out == "ok edited 2\n"
+    assert "alpha" in again.served() and again.fallbacks() == [], again
+    assert not written(again), again
+
+
+def test_upgraded_package_is_served_after_one_run(tmp_path):
+    # A `pip install` of a new version: the package's files replaced, one
+    # module added, in a directory on the search path.
+    site = tmp_path / "site"
+    pkg = site / "lib"
+    pkg.mkdir(parents=True)
+    write_module(pkg / "__init__.py", "from .core import VALUE\n")
+    write_module(pkg / "core.py", "VALUE = 'v1'\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    write_main(app, ["lib"])
+    archive = tmp_path / "a.img"
+    env = {"PYTHONPATH": str(site)}
+    assert auto_run(app, archive, **env).out == "ok v1\n"
+    shutil.rmtree(pkg)
+    pkg.mkdir()
+    write_module(pkg / "__init__.py", "from .core import VALUE\nfrom . import extra\n", age=30)
+    write_module(pkg / "core.py", "VALUE = 'version 2'\n", age=30)
+    write_module(pkg / "extra.py", "X = 1\n", age=30)
+    upgraded = auto_run(app, archive, **env)
+    assert upgraded.out == "ok version 2\n", upgraded
+    assert written(upgraded)
+    assert {"lib", "lib.core", "lib.extra"} <= archived(archive)
+    after = auto_run(app, archive, **env)
+    assert after.out == "ok version 2\n"
+    assert {"lib", "lib.core", "lib.extra"} <= set(after.served()), after
+    assert after.fallbacks() == [] and not written(after), after
+
+
+def test_a_new_import_is_added_at_once(tmp_path):
+    app = make_app(tmp_path, {"alpha": 1, "beta": 2}, imports=["alpha"])
+    archive = tmp_path / "a.img"
+    auto_run(app, archive)
+    assert "beta" not in archived(archive)
+    write_main(app, ["alpha", "beta"])
+    added = auto_run(app, archive)
+    assert added.out == "ok 1 2\n" and written(added), added
+    assert "beta" in archived(archive)
+    assert meta(archive)["auto_adds"] == 1
+    full = auto_run(app, archive)
+    assert {"alpha", "beta"} <= set(full.served()) and not written(full), full
+
+
+def test_imports_that_differ_on_every_run_back_off(tmp_path):
+    # A plugin picked at random on each run: the archive is rewritten for
+    # the first new one, then not again until it has stood add_backoff_s.
+    app = plugin_app(tmp_path, [f"plugin{i}" for i in range(4)])
+    archive = tmp_path / "a.img"
+    assert written(auto_run(app, archive, "plugin0"))       # the first archive
+    assert written(auto_run(app, archive, "plugin1"))       # first addition
+    held = auto_run(app, archive, "plugin2")
+    assert held.out == "2\n" and not written(held), held
+    assert "not rewritten before it is 1 s old" in held.err
+    assert "plugin2" not in archived(archive)
+
+
+def test_add_backoff_grows_to_an_hour():
+    assert [auto.add_backoff_s(k) for k in range(5)] == [0, 1, 2, 4, 8]
+    assert auto.add_backoff_s(100) == auto.ADD_BACKOFF_MAX_S == 3600
+
+
+def test_concurrent_runs_leave_one_archive_with_every_module(tmp_path):
+    mods = {f"m{i}": i for i in range(8)}
+    app = plugin_app(tmp_path, mods)
+    archive = tmp_path / "a.img"
+    env = clean_env(PYCDSMODE="AUTO", PYCDSARCHIVE=str(archive))
+    procs = [subprocess.Popen([sys.executable, str(app / "main.py"), f"m{i}"],
+                              cwd=str(app), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for i in range(8)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [o for o, _ in outs] == [f"{i}\n" for i in range(8)]
+    assert all(e == "" for _, e in outs), outs
+    assert set(mods) | {"json"} <= archived(archive)
+    assert [f for f in os.listdir(tmp_path) if f not in ("app", "a.img")] == []
+    served = auto_run(app, archive, "m5")
+    assert "m5" in served.served() and not written(served), served
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_read_only_directory_is_one_warning_for_the_tree(tmp_path):
+    app = make_app(tmp_path, {"alpha": 1})
+    (app / "main.py").write_text(
+        "import subprocess, sys, alpha\n"
+        "subprocess.run([sys.executable, '-c', 'import alpha; print(alpha.VALUE)'])\n"
+        "print('parent', alpha.VALUE)\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    script = (f"mount --bind -o ro {ro} {ro} 2>/dev/null || "
+              f"{{ mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}; }} && "
+              f"exec {sys.executable} {app / 'main.py'}")
+    env = clean_env(PYCDSMODE="AUTO", PYCDSARCHIVE=str(ro / "a.img"),
+                    PYTHONPATH=str(app))
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          cwd=str(app), env=env, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "mount" in proc.stderr:
+        pytest.skip(f"no read-only bind mount here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "1\nparent 1\n"
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("[pycds]")]
+    assert len(lines) == 1 and "AUTO cannot write" in lines[0], proc.stderr
+    assert not (ro / "a.img").exists()
+
+
+def test_share_says_once_when_the_archive_went_stale(tmp_path):
+    mods = {"alpha": 1, "beta": 2, "gamma": 3, "delta": 4}
+    app = make_app(tmp_path, mods)
+    # The line is said once for the process tree: not by the child.
+    (app / "main.py").write_text(
+        APP.format(mods="alpha, beta, gamma, delta, json, subprocess",
+                   values="alpha.VALUE, beta.VALUE, gamma.VALUE, delta.VALUE")
+        + "subprocess.run([sys.executable, '-c', 'import alpha, beta, gamma, delta'])\n")
+    archive = tmp_path / "a.img"
+
+    def share():
+        return run_python([str(app / "main.py")], cwd=str(app), PYCDSMODE="SHARE",
+                          PYCDSARCHIVE=str(archive))
+
+    run_python([str(app / "main.py")], cwd=str(app), PYCDSMODE="DUMP",
+               PYCDSARCHIVE=str(archive))
+    assert share().err == ""                      # nothing stale, nothing said
+    # One edited module of the run's ~30 archived ones: below STALE_SHARE.
+    write_module(app / "alpha.py", "VALUE = 'a'\n", age=60)
+    one = share()
+    assert one.out == "ok a 2 3 4\n" and one.err == "", one
+    for name in ("beta", "gamma", "delta"):
+        write_module(app / f"{name}.py", f"VALUE = {name[0]!r}\n", age=60)
+    stale = share()
+    assert stale.out == "ok a b g d\n", stale
+    assert len(stale.warnings()) == 1 and stale.err.count("\n") == 1, stale
+    assert stale.warnings()[0].startswith("[pycds] warning: 4 of the "), stale
+    assert "PYCDSMODE=AUTO" in stale.err and str(archive) in stale.err
+
+
+SERVER = """\
+import signal, sys, time
+import alpha, json
+def on_usr1(signum, frame):
+    print("usr1", alpha.VALUE, flush=True)
+signal.signal(signal.SIGUSR1, on_usr1)
+print("ready", flush=True)
+t0 = time.monotonic()
+while True:
+    time.sleep(30)    # a signal handler interrupts it (PEP 475 resumes it)
+    if time.monotonic() - t0 > 25:
+        sys.exit("not stopped")
+"""
+
+
+def _serve_until_killed(app, env, wait_s):
+    """Start the server-like program, let it run ``wait_s`` seconds after
+    it is ready, signal it once (SIGUSR1: its handler prints), then stop it
+    with SIGTERM.  Returns (stdout, stderr, returncode, usr1 latency s)."""
+    import signal
+    p = subprocess.Popen([sys.executable, str(app / "main.py")], cwd=str(app), env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(wait_s)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGUSR1)
+        line = p.stdout.readline()
+        latency = time.monotonic() - t0
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    return line + out, err, p.returncode, latency
+
+
+@pytest.mark.parametrize("mode", ["DUMP", "AUTO"])
+def test_a_server_killed_by_sigterm_has_its_archive(tmp_path, mode):
+    app = make_app(tmp_path, {"alpha": 1})
+    (app / "main.py").write_text(SERVER)
+    archive = tmp_path / "a.img"
+    plain = _serve_until_killed(app, clean_env(), 0.1)
+    env = clean_env(PYCDSMODE=mode, PYCDSARCHIVE=str(archive), PYCDSSETTLE="0.3")
+    recorded = _serve_until_killed(app, env, 1.5)
+    # Same output, same exit status (killed by SIGTERM), and the handler
+    # ran at once: the watcher thread took no signal meant for the program.
+    assert recorded[:3] == plain[:3] == ("usr1 1\n", "", -15), recorded
+    assert recorded[3] < 5, recorded
+    assert {"alpha", "json"} <= archived(archive)
+    shared = _serve_until_killed(
+        app, clean_env(PYCDSMODE="SHARE", PYCDSARCHIVE=str(archive), PYCDSVERBOSE="1"), 0.1)
+    assert shared[0] == "usr1 1\n" and "[pycds] served alpha" in shared[1], shared
+
+
+def test_settle_zero_writes_only_at_exit(tmp_path):
+    app = make_app(tmp_path, {"alpha": 1})
+    (app / "main.py").write_text(SERVER)
+    archive = tmp_path / "a.img"
+    env = clean_env(PYCDSMODE="DUMP", PYCDSARCHIVE=str(archive), PYCDSSETTLE="0")
+    assert _serve_until_killed(app, env, 1.0)[2] == -15
+    assert not archive.exists()
+
+
+def test_the_watcher_is_not_a_thread_the_program_sees(tmp_path):
+    app = make_app(tmp_path, {"alpha": 1})
+    (app / "main.py").write_text(
+        "import threading, time, alpha\n"
+        "time.sleep(0.6)\n"
+        "print(threading.active_count(), [t.name for t in threading.enumerate()])\n")
+    plain = plain_run(app)
+    for mode in ("DUMP", "AUTO"):
+        run = run_python([str(app / "main.py")], cwd=str(app), PYCDSMODE=mode,
+                         PYCDSARCHIVE=str(tmp_path / f"{mode}.img"), PYCDSSETTLE="0.2")
+        assert run.out == plain.out == "1 ['MainThread']\n", run
+        assert "alpha" in archived(tmp_path / f"{mode}.img")
