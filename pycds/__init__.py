@@ -112,6 +112,14 @@ def is_main_interpreter(cheap_only=False):
         return True
 
 
+def is_hook_module(name):
+    """Whether module ``name`` is pycds's own import hook, which is never
+    archived (it runs before the archive is open); its companion pycds.bf16
+    is an ordinary library and is."""
+    return (name == "pycds" or name.startswith("pycds.")) and \
+        not (name == "pycds.bf16" or name.startswith("pycds.bf16."))
+
+
 def stats():
     """Counters of this process's share mode (see pycds.finder.stats):
     modules served, fallbacks by reason, bytes loaded, load time in ms,

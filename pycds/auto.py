@@ -38,13 +38,16 @@ import os
 import sys
 import time
 
-from . import _log, finder
+from . import finder, is_hook_module
 
 __all__ = ["install", "add_backoff_s"]
 
 # Set by the first AUTO process of a process tree, inherited by the rest:
 # only that one says the archive cannot be written.
 TREE_VAR = "PYCDS_AUTO_TREE"
+
+_ModuleType = type(sys)
+_MODULE_DICT = _ModuleType.__dict__["__dict__"]
 
 # The longest wait between two rewrites that only add modules, seconds.
 ADD_BACKOFF_MAX_S = 3600.0
@@ -67,6 +70,7 @@ class _Run:
         # it before its finder too, so it is not archived.
         self.preloaded = set(sys.modules)
         self.recording = False
+        self.settling = False   # a pycds._settle watcher was started
         self.wrote = False      # an archive write was made by this process
         self.warned = False
         # The first AUTO process of a process tree says what the tree
@@ -76,14 +80,19 @@ class _Run:
 
     def at_exit(self):
         # Never raises, never changes the exit status or the output.
-        from . import _settle, is_main_interpreter
-        if not is_main_interpreter():
-            return
-        lock = _settle.stop()
+        lock = None
+        if self.settling:
+            from . import _settle
+            lock = _settle.stop()
         try:
-            self.write()
+            from . import is_main_interpreter
+            # (The cheap look first: the full check of the interpreter
+            # imports an extension module on 3.10/3.11.)
+            if self.unfit() and is_main_interpreter():
+                self.write()
         finally:
-            lock.release()
+            if lock is not None:
+                lock.release()
             if self.recording:
                 from . import _capture
                 _capture.stop()
@@ -94,6 +103,7 @@ class _Run:
         try:
             self.write_if_due()
         except BaseException as e:
+            from . import _log
             _log.warning(f"AUTO: no archive was written to {self.cfg.archive}: "
                          f"{str(e) or type(e).__name__}")
 
@@ -115,7 +125,28 @@ class _Run:
                 stale = True
         return out, stale or fresh
 
+    def unfit(self):
+        """Whether the run imported a ``.py`` module the archive lacked or
+        held stale: a cheap look before :meth:`todo` (which imports the
+        writer's modules) in the usual case, where nothing is."""
+        if self.installed is None or self.installed.archive.disabled:
+            return True
+        modules = sys.modules
+        for name in finder.missed | finder.stale:
+            m = modules.get(name)
+            if m is None or name in self.preloaded or not isinstance(m, _ModuleType) \
+                    or is_hook_module(name):
+                continue
+            # (Read without running the module's class: a lazily loaded
+            # module would run its body on any attribute.)
+            origin = _MODULE_DICT.__get__(m).get("__file__")
+            if type(origin) is str and origin.endswith(".py"):
+                return True
+        return False
+
     def write_if_due(self):
+        if not self.unfit():
+            return
         pairs, replaces = self.todo()
         if not pairs:
             return
@@ -128,6 +159,7 @@ class _Run:
             wait = add_backoff_s(adds if type(adds) is int else 0)
             if age < wait:
                 if self.cfg.verbose:
+                    from . import _log
                     _log.verbose(f"AUTO: {len(pairs)} modules not in {path}; "
                                  f"not rewritten before it is {wait:.0f} s old", 1)
                 return
@@ -135,6 +167,7 @@ class _Run:
         if why:
             if self.tree_root and not self.warned:
                 self.warned = True
+                from . import _log
                 _log.warning(f"AUTO cannot write {path} ({why}): modules it lacks "
                              "are imported plainly")
             return
@@ -147,6 +180,7 @@ class _Run:
             refresh=lambda p: _refresh(p, pairs, replaces, self.cfg.check, bump))
         if self.cfg.verbose:
             ms = (time.perf_counter() - t0) * 1e3
+            from . import _log
             _log.verbose(f"AUTO: wrote {n} modules to {path} in {ms:.1f} ms"
                          if n else f"AUTO: {path} already holds what this run lacked", 1)
 
@@ -217,4 +251,5 @@ def install(cfg):
     if cfg.settle > 0:
         from . import _settle
         _settle.start(run.write, cfg.settle)
+        run.settling = True
     return installed

@@ -32,6 +32,7 @@ from _frozen_importlib_external import SourceFileLoader
 
 from . import _archive, _capture, _config, _import_order, _log, _nativeload, _pyc
 from . import _search, _trust, _writer
+from . import is_hook_module
 from .errors import ArchiveFormatError
 
 __all__ = ["snapshot", "dump_modules", "dump_at_exit", "write_archive"]
@@ -87,19 +88,12 @@ def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
     return code
 
 
-def _is_hook_module(name):
-    # pycds's own import hook is never archived (it runs before the archive
-    # is open); its companion pycds.bf16 is an ordinary library and is.
-    return (name == "pycds" or name.startswith("pycds.")) and \
-        not (name == "pycds.bf16" or name.startswith("pycds.bf16."))
-
-
 def collect(pairs):
     """Yield ``(name, module, spec)`` for the archivable modules among
     ``pairs`` (from :func:`snapshot`: str names)."""
     seen = set()
     for name, module in pairs:
-        if name == "__main__" or name in seen or _is_hook_module(name):
+        if name == "__main__" or name in seen or is_hook_module(name):
             continue
         spec = _spec_of(name, module)
         # (Modules a SHARE run served have the stock loader too: pycds.finder.)
