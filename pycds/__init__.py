@@ -10,15 +10,16 @@ environment variables through ``pycds.pth``::
     PYCDSMODE=SHARE PYCDSARCHIVE=app.img python app.py   # run from the archive
     PYCDSMODE=AUTO python app.py    # share, and keep the archive current by itself
 
-Exports: :func:`stats`, :func:`_dump` (the API form of a dump) and
-``__version__``; :func:`_start` is what the ``.pth`` line calls.  Importing
+Exports: :func:`dump` (the API form of a dump), :func:`stats`,
+:func:`_dump` (the original tool's form of it) and ``__version__``;
+:func:`_start` is what the ``.pth`` line calls.  Importing
 this package loads nothing heavy; the native module is loaded on first use.
 """
 
 import _thread
 
 __version__ = "0.1.0"
-__all__ = ["stats", "_dump", "__version__"]
+__all__ = ["dump", "stats", "_dump", "__version__"]
 
 _started = False
 
@@ -74,15 +75,15 @@ def _activate(cfg):
         return auto.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
-        from . import _capture, _import_order, dump
+        from . import _capture, _import_order, _dumper
         _capture.install()
         _import_order.install()
-        dump.preload()
-        atexit.register(dump.dump_at_exit, cfg)
-        dump.dump_session()   # children started from here on inherit it
+        _dumper.preload()
+        atexit.register(_dumper.dump_at_exit, cfg)
+        _dumper.dump_session()   # children started from here on inherit it
         if cfg.settle > 0:
             from . import _settle
-            _settle.start(lambda: dump.write_archive(cfg), cfg.settle)
+            _settle.start(lambda: _dumper.write_archive(cfg), cfg.settle)
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
         from . import _import_order, trace
@@ -135,47 +136,85 @@ def stats():
     return finder.stats()
 
 
-def _dump(module_list="", archive=""):
-    """Import the modules named in the file ``module_list`` (one a line) and
-    write an archive of every module imported so far to ``archive``.
+def dump(archive=None, modules=None):
+    """Write an archive of the modules imported so far, after importing the
+    module names in ``modules`` (an iterable of str; None: none), to
+    ``archive`` (a path; None: ``$PYCDSARCHIVE``, else this program's
+    default archive, as DUMP would write).
 
-    An empty ``module_list`` archives the modules imported so far; an empty
-    ``archive`` means ``$PYCDSARCHIVE`` (else the default per-program path).
-    Returns the number of modules archived.  Raises OSError if the archive
-    cannot be written, ValueError if no archive path is known.  Names that
-    fail to import are reported on stderr and skipped.
+    What is archived and how is what a DUMP run writes at exit
+    (pycds._dumper); the file is replaced atomically.  Returns the number of
+    modules archived.  Raises OSError if the archive cannot be written,
+    ValueError if no archive path is known, TypeError if ``modules`` holds
+    a name that is not a str.  Names that fail to import are reported on
+    stderr and skipped.
 
     The code objects of the modules it imports are kept as they run
     (pycds._capture: an audit hook, which stays in the process, idle, once
     this returns), so that most need not be read again.
     """
+    names = [] if modules is None else list(modules)
+    for name in names:
+        if type(name) is not str:
+            raise TypeError(f"module names are str, not {type(name).__name__}: {name!r}")
     from . import _capture
     own_capture = not _capture.active() and _capture.install()
     try:
-        return _import_and_dump(module_list, archive)
+        return _import_and_dump(names, archive or "", "dump")
     finally:
         if own_capture:
             _capture.stop()
 
 
-def _import_and_dump(module_list, archive):
+def _dump(module_list="", archive=""):
+    """Import the modules named in the file ``module_list`` (one a line; ``#``
+    starts a comment line) and write an archive of every module imported so
+    far to ``archive``: the original tool's API, kept; :func:`dump` takes
+    the names themselves.
+
+    An empty ``module_list`` archives the modules imported so far; an empty
+    ``archive`` means ``$PYCDSARCHIVE`` (else the default per-program path).
+    Returns the number of modules archived.  Raises OSError if the list
+    cannot be read or the archive cannot be written, ValueError if the list
+    is not UTF-8 text or no archive path is known.  Names that
+    fail to import are reported on stderr and skipped.
+    """
+    names = []
+    if module_list:
+        with open(module_list, "rb") as f:
+            data = f.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{module_list}: not a UTF-8 module list (byte "
+                             f"{data[e.start]:#04x} at offset {e.start})") from None
+        names = [line.strip() for line in text.split("\n")
+                 if line.strip() and not line.lstrip().startswith("#")]
+    from . import _capture
+    own_capture = not _capture.active() and _capture.install()
+    try:
+        return _import_and_dump(names, archive, "_dump")
+    finally:
+        if own_capture:
+            _capture.stop()
+
+
+def _import_and_dump(names, archive, caller):
     import importlib
     import os
-    from . import _config, _import_order, _log, dump
-    if module_list:
-        with open(module_list, encoding="utf-8") as f:
-            names = [line.strip() for line in f
-                     if line.strip() and not line.lstrip().startswith("#")]
+    import sys
+    from . import _config, _import_order, _log, _dumper
+    if names:
         # The archive lays modules out in the order their imports start.
         added = _import_order.install()
         try:
             for name in names:
-                if name in ("__main__", "__mp_main__") or name in __import__("sys").modules:
+                if name in ("__main__", "__mp_main__") or name in sys.modules:
                     continue
                 try:
                     importlib.import_module(name)
                 except BaseException as e:   # a listed module may exit or fail
-                    _log.warning(f"_dump: cannot import {name}: {e!r}")
+                    _log.warning(f"{caller}: cannot import {name}: {e!r}")
         finally:
             if added:
                 _import_order.uninstall()
@@ -183,5 +222,5 @@ def _import_and_dump(module_list, archive):
         archive = os.environ.get("PYCDSARCHIVE", "") or _config.default_archive_path()
     if not archive:
         raise ValueError("no archive path: pass one or set PYCDSARCHIVE")
-    n, _ = dump.dump_modules(dump.snapshot(), archive)
+    n, _ = _dumper.dump_modules(_dumper.snapshot(), archive)
     return n

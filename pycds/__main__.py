@@ -1,6 +1,7 @@
-"""Command line: ``python -m pycds {info,verify,dump} ...``.
+"""Command line: ``python -m pycds {info,verify,dump,bench,cache} ...``.
 
-``info ARCHIVE``     header, interpreter, sizes and the modules with their sizes
+``info ARCHIVE``     header, the program and interpreter it was made for, sizes
+                     and the modules with their sizes
                      (an archive of another CPython version is read with that
                      version: its checksums are that version's)
 ``verify ARCHIVE``   modules whose sources changed since the dump, or whose
@@ -13,6 +14,9 @@
 ``bench [options] -- COMMAND [ARG ...]``  run a command line plain and
                        under SHARE, side by side; report the times and
                        their ratios (``python -m pycds bench -h``)
+``cache {list,clear,path}``  the default archives: which program each is
+                       for and how stale, removing them, the one a command
+                       line would use (pycds._cache)
 
 Exit status: 0 on success, 1 when ``verify`` finds stale modules, damaged
 parts or a file SHARE would refuse, 2 when the archive cannot be read
@@ -50,6 +54,11 @@ def cmd_info(args):
     print(f"archive:      {os.path.abspath(args.archive)}")
     print(f"format:       {h.format}")
     print(f"created:      {created} by pycds {meta.get('pycds', '?')}")
+    argv = meta.get("program")
+    if isinstance(argv, list):
+        import shlex
+        print(f"program:      {shlex.join(argv)}")
+        print(f"executable:   {meta.get('executable', '?')}")
     print(f"interpreter:  {meta.get('version', '?').splitlines()[0]}")
     print(f"              hexversion {meta.get('hexversion', 0):#x}, "
           f"cache tag {meta.get('cache_tag')}, optimize {meta.get('optimize')}")
@@ -88,7 +97,7 @@ def cmd_verify(args):
         if not index.chunk_intact(e):
             damaged += 1
             print(f"{e.name}: archived data fails its checksum")
-        reason = _pyc.stale(e, args.check, _cached(e.origin))
+        reason = _pyc.stale(e, args.check, _pyc.cache_path(e.origin))
         if reason is not None:
             stale += 1
             print(f"{e.name}: {reason} ({e.origin})")
@@ -96,17 +105,6 @@ def cmd_verify(args):
     if damaged:
         print(f"{damaged} of {len(entries)} modules (and tables) damaged in the archive")
     return 1 if stale or damaged or refused else 0
-
-
-def _cached(origin):
-    """The ``.pyc`` path plain import would read for ``origin`` in this
-    process (``sys.pycache_prefix``, ``-O``), as SHARE is given it by the
-    spec; None where there is none."""
-    from importlib.util import cache_from_source
-    try:
-        return cache_from_source(origin)
-    except (NotImplementedError, ValueError):
-        return None
 
 
 def _share_refusal(path):
@@ -149,8 +147,9 @@ def main(argv=None):
     p.add_argument("list")
     p.add_argument("archive")
     p.set_defaults(func=cmd_dump)
-    from . import _bench
+    from . import _bench, _cache
     _bench.add_parser(sub)
+    _cache.add_parser(sub)
     args = ap.parse_args(argv)
     return args.func(args)
 

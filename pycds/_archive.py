@@ -16,7 +16,7 @@ as part of this one.  Checksums use ``_imp.source_hash`` (the function PEP
 552 uses for hash-based pycs: SipHash-1-3 from 3.11, SipHash-2-4 on 3.10, so
 an archive is only ever verified by its own minor version); the heap is
 checked per module, in C, with XXH64.  The writing side (:func:`layout`)
-lays out what pycds.dump collected; pycds._writer puts it in a file.  The
+lays out what pycds._dumper collected; pycds._writer puts it in a file.  The
 meta block names the interpreter the archive is for
 (:func:`meta_for_this_interpreter`); a reader refuses an archive of another.
 """
@@ -117,7 +117,7 @@ def interpreter_tag():
     """16 hex digits naming this process's facts, as they were at the first
     call (start-up in DUMP and SHARE runs).  A child process whose tag is
     not its DUMP session's does not write over the session's archive
-    (pycds.dump); one whose tag is not its SHARE session's takes an archive
+    (pycds._dumper); one whose tag is not its SHARE session's takes an archive
     made for another interpreter quietly (pycds.finder.install)."""
     global _tag
     if _tag is None:

@@ -139,7 +139,7 @@ def from_environ(environ=None, flags=None):
         if not archive:
             problems.append(f"PYCDSMODE={raw.strip()} without PYCDSARCHIVE needs a cache "
                             f"directory: XDG_CACHE_HOME is unset or relative and there is "
-                            f"no home directory; pycds is off")
+                            f"no home directory (or it does not exist); pycds is off")
             mode = MODE_OFF
     listfile = environ.get("PYCDSLIST", "") or "pycds.lst"
     if mode != MODE_OFF:
@@ -221,12 +221,15 @@ def cache_dir(environ=None):
     XDG Base Directory Specification says; a home directory that cannot be
     found (``HOME`` unset and a user id with no passwd entry, as in ``docker
     run -u 12345``) leaves ``os.path.expanduser`` with ``~`` itself, which
-    would have made a directory named ``~`` in the working directory."""
+    would have made a directory named ``~`` in the working directory.  A
+    home directory that does not exist (``/nonexistent``, the home of
+    service users in many images) is None too: pycds never makes a home
+    directory, only ``.cache/pycds`` inside one."""
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         home = os.path.expanduser("~")
-        if not os.path.isabs(home):
+        if not os.path.isabs(home) or not os.path.isdir(home):
             return None
         base = os.path.join(home, ".cache")
     return os.path.join(base, "pycds")

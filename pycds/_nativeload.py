@@ -3,7 +3,7 @@
 ``_cffi_backend`` left as it was.
 
 Called on the first archive hit of a SHARE run, at the start of a DUMP run
-(:func:`pycds.dump.preload`) and by ``pycds._dump``.
+(:func:`pycds._dumper.preload`) and by ``pycds._dump``.
 """
 
 import sys

@@ -46,6 +46,16 @@ def stat_or_none(path):
         return None
 
 
+def cache_path(origin):
+    """The ``.pyc`` path plain import would read for ``origin`` in this
+    process (``sys.pycache_prefix``, ``-O``), as SHARE is given it by the
+    spec; None where there is none."""
+    try:
+        return _bootstrap_external.cache_from_source(origin)
+    except (NotImplementedError, ValueError):
+        return None
+
+
 def source_hash(data):
     """The PEP 552 source hash of ``data`` (as importlib.util.source_hash)."""
     return _imp.source_hash(_RAW_MAGIC_NUMBER, data)

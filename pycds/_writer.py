@@ -49,7 +49,7 @@ def write_atomic(path, chunks, length=None):
             except OSError:
                 unnamed = False
         if not unnamed:
-            tmp = os.path.join(d, f".{base}{_TMP_MARK}{os.getpid()}.{time.monotonic_ns()}")
+            tmp = os.path.join(d, f"{_tmp_prefix(base)}{os.getpid()}.{time.monotonic_ns()}")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         # Blocks allocated up front (the size stays what the writes make it):
         # the rename over the old archive below then has no delayed
@@ -69,7 +69,7 @@ def write_atomic(path, chunks, length=None):
         if unnamed:
             # linkat(AT_SYMLINK_FOLLOW) gives the unnamed file a name; os.link
             # uses linkat (not link) only when a dir_fd is passed.
-            name = f".{base}{_TMP_MARK}{os.getpid()}.{time.monotonic_ns()}"
+            name = f"{_tmp_prefix(base)}{os.getpid()}.{time.monotonic_ns()}"
             dfd = os.open(d, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd)
@@ -129,9 +129,32 @@ def check_replaceable(path):
         raise OSError(f"{path} is {kind}, not a regular file: left as it is")
 
 
+# Bytes of a file name (NAME_MAX on Linux file systems), and what a
+# temporary name adds to its prefix: ".<pid>.<monotonic ns>".
+_NAME_MAX = 255
+_TMP_SUFFIX_MAX = 1 + 7 + 1 + 20
+
+
+def _tmp_prefix(base):
+    """The prefix of the temporary names for the archive named ``base``:
+    ``.<base>.pycds-tmp.``, with ``base`` cut short and a hash of it added
+    where the whole name would pass NAME_MAX (an archive name of about 215
+    to 255 bytes is valid; its temporary name must be too)."""
+    prefix = f".{base}{_TMP_MARK}"
+    raw = os.fsencode(prefix)
+    if len(raw) + _TMP_SUFFIX_MAX <= _NAME_MAX:
+        return prefix
+    import _imp
+    b = os.fsencode(base)
+    digest = _imp.source_hash(0x5059434453, b).hex()
+    keep = _NAME_MAX - _TMP_SUFFIX_MAX - len(_TMP_MARK) - 2 - len(digest)
+    # (A cut inside a multibyte character leaves bytes that fsdecode keeps.)
+    return f".{os.fsdecode(b[:keep])}~{digest}{_TMP_MARK}"
+
+
 def _sweep_stale(d, base):
     """Remove named temporary files of dumps whose process is gone."""
-    prefix = f".{base}{_TMP_MARK}"
+    prefix = _tmp_prefix(base)
     try:
         names = os.listdir(d)
     except OSError:

@@ -11,20 +11,22 @@ At exit the modules of this run's imports that the archive did not fit --
 not in it (``pycds.finder.missed``), or in it but stale
 (``pycds.finder.stale``: edited, upgraded, moved) -- are copied into a
 fresh archive together with every module of the old one they do not
-replace, whose chunks are carried over as they are (pycds.dump).  When a
+replace, whose chunks are carried over as they are (pycds._dumper).  When a
 write happens:
 
 - no usable archive (none yet, damaged, made by another interpreter or
   another pycds): always;
 - stale modules: always (each edit or upgrade is rewritten once);
-- only modules the archive lacks: the first time at once; after ``k``
-  such rewrites in a row, only once the archive is :func:`add_backoff_s`
-  old (1 s, 2 s, 4 s, ... up to an hour), so a program whose imports
-  differ on every run (plugins picked at random) rewrites it a
-  logarithmic number of times, not on every run.
+- only modules the archive lacks: at once for the first
+  :data:`FREE_ADDS` such rewrites in a row (the workers of a server, each
+  importing what its requests need, fill the archive between them); after
+  that only once the archive is :func:`add_backoff_s` old (1 s, 2 s, 4 s,
+  ... up to an hour), so a program whose imports differ on every run
+  (plugins picked at random) rewrites it a logarithmic number of times,
+  not on every run.
 
 Writers of one archive take turns under its directory's lock
-(pycds.dump); each one, holding it, looks again at the archive now there
+(pycds._dumper); each one, holding it, looks again at the archive now there
 and writes only what that one still lacks, so processes ending at once
 (a server's workers, a test suite's subprocesses) write the archive once
 between them and none loses what another wrote.  Where the archive cannot
@@ -49,15 +51,19 @@ TREE_VAR = "PYCDS_AUTO_TREE"
 _ModuleType = type(sys)
 _MODULE_DICT = _ModuleType.__dict__["__dict__"]
 
-# The longest wait between two rewrites that only add modules, seconds.
+# Rewrites that only add modules made at once, in a row; the longest wait
+# between two after those, seconds.
+FREE_ADDS = 16
 ADD_BACKOFF_MAX_S = 3600.0
 
 
 def add_backoff_s(adds):
     """Seconds the archive must have stood before a rewrite that only adds
-    modules, after ``adds`` such rewrites in a row: 0, then 1, 2, 4, ...
-    up to :data:`ADD_BACKOFF_MAX_S`."""
-    return 0.0 if adds <= 0 else min(2.0 ** (adds - 1), ADD_BACKOFF_MAX_S)
+    modules, after ``adds`` such rewrites in a row: 0 up to
+    :data:`FREE_ADDS`, then 1, 2, 4, ... up to :data:`ADD_BACKOFF_MAX_S`."""
+    if adds < FREE_ADDS:
+        return 0.0
+    return min(2.0 ** (adds - FREE_ADDS), ADD_BACKOFF_MAX_S)
 
 
 class _Run:
@@ -110,12 +116,12 @@ class _Run:
     def todo(self):
         """``(pairs, stale)``: the archivable modules of this run the archive
         did not fit, and whether any of them is stale."""
-        from . import dump
+        from . import _dumper
         out = []
         stale = False
         # (An archive found damaged during the run is dropped for all of it.)
         fresh = self.installed is None or self.installed.archive.disabled
-        for name, module, spec in dump.collect(dump.snapshot()):
+        for name, module, spec in _dumper.collect(_dumper.snapshot()):
             if name in self.preloaded:
                 continue
             if fresh or name in finder.missed:
@@ -171,11 +177,11 @@ class _Run:
                 _log.warning(f"AUTO cannot write {path} ({why}): modules it lacks "
                              "are imported plainly")
             return
-        from . import dump
+        from . import _dumper
         t0 = time.perf_counter()
         bump = not self.wrote
         self.wrote = True
-        n, _ = dump.dump_modules(
+        n, _ = _dumper.dump_modules(
             pairs, path, self.cfg.verbose,
             refresh=lambda p: _refresh(p, pairs, replaces, self.cfg.check, bump))
         if self.cfg.verbose:
@@ -186,7 +192,7 @@ class _Run:
 
 
 def _refresh(path, pairs, replaces, check, bump=True):
-    """What to write into the archive now at ``path`` (pycds.dump's
+    """What to write into the archive now at ``path`` (pycds._dumper's
     ``refresh``, under the directory lock): the modules of ``pairs`` it
     still lacks or holds stale, and the rewrite count; None when another
     process has written them since this one started."""
@@ -243,10 +249,10 @@ def install(cfg):
     installed = finder.install(cfg)
     run = _Run(cfg, installed)
     if installed is None:
-        from . import _capture, _import_order, dump
+        from . import _capture, _import_order, _dumper
         run.recording = _capture.install()
         _import_order.install()
-        dump.preload()
+        _dumper.preload()
     atexit.register(run.at_exit)
     if cfg.settle > 0:
         from . import _settle

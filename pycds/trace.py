@@ -28,11 +28,11 @@ def trace_session():
 def module_names():
     """Names of the modules imported so far that an import of that name
     finds again, the main module excluded: a module whose spec has that
-    name (``pycds.dump._spec_of``).  Not what extension modules put in
+    name (``pycds._dumper._spec_of``).  Not what extension modules put in
     sys.modules themselves (Cython's spec-less ``cython_runtime`` and
     ``_cython_3_x``), nor aliases (``sys.modules['alias'] = json``):
     :func:`pycds._dump` would warn about them."""
-    from .dump import _spec_of, snapshot
+    from ._dumper import _spec_of, snapshot
     return [name for name, module in snapshot()
             if name not in _MAIN_NAMES and _spec_of(name, module) is not None]
 
@@ -53,7 +53,7 @@ def write_list(path, names, session):
     """Write ``names`` to ``path``, one a line, via a temporary file, after
     the names an earlier process of ``session`` wrote there."""
     from ._writer import check_replaceable
-    from .dump import _directory_lock
+    from ._dumper import _directory_lock
     check_replaceable(path)
     path = os.path.abspath(path)
     with _directory_lock(path):

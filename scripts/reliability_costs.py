@@ -62,9 +62,9 @@ n = int(sys.argv[2])
 for i in range(n):
     importlib.import_module(f"synth{i:04d}")
 import json, email.parser, decimal, argparse, typing
-from pycds import dump
+from pycds import _dumper
 t0 = time.perf_counter()
-print(dump.dump_modules(list(sys.modules.items()), sys.argv[3]), time.perf_counter() - t0)
+print(_dumper.dump_modules(list(sys.modules.items()), sys.argv[3]), time.perf_counter() - t0)
 """
 
 MEASURE = r"""

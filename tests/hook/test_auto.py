@@ -156,19 +156,24 @@ def test_a_new_import_is_added_at_once(tmp_path):
 
 def test_imports_that_differ_on_every_run_back_off(tmp_path):
     # A plugin picked at random on each run: the archive is rewritten for
-    # the first new one, then not again until it has stood add_backoff_s.
-    app = plugin_app(tmp_path, [f"plugin{i}" for i in range(4)])
+    # the first FREE_ADDS new ones, then not again until it has stood
+    # add_backoff_s.
+    n = auto.FREE_ADDS
+    app = plugin_app(tmp_path, [f"plugin{i}" for i in range(n + 3)])
     archive = tmp_path / "a.img"
     assert written(auto_run(app, archive, "plugin0"))       # the first archive
-    assert written(auto_run(app, archive, "plugin1"))       # first addition
-    held = auto_run(app, archive, "plugin2")
-    assert held.out == "2\n" and not written(held), held
+    for i in range(1, n + 1):
+        assert written(auto_run(app, archive, f"plugin{i}")), i
+    assert meta(archive)["auto_adds"] == n
+    held = auto_run(app, archive, f"plugin{n + 1}")
+    assert held.out == f"{n + 1}\n" and not written(held), held
     assert "not rewritten before it is 1 s old" in held.err
-    assert "plugin2" not in archived(archive)
+    assert f"plugin{n + 1}" not in archived(archive)
 
 
 def test_add_backoff_grows_to_an_hour():
-    assert [auto.add_backoff_s(k) for k in range(5)] == [0, 1, 2, 4, 8]
+    n = auto.FREE_ADDS
+    assert [auto.add_backoff_s(k) for k in range(n + 4)] == [0] * n + [1, 2, 4, 8]
     assert auto.add_backoff_s(100) == auto.ADD_BACKOFF_MAX_S == 3600
 
 

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 from conftest import clean_env, flip_bits, run_python
 
@@ -101,6 +102,14 @@ class TestCli:
             assert r.rc == 2 and "Traceback" not in r.err, r
             assert r.err.startswith("pycds: ") and len(r.err.splitlines()) == 1, r
 
+    def test_dump_of_a_list_that_is_not_utf8_names_the_file(self, tmp_path):
+        lst = tmp_path / "mods.lst"
+        lst.write_bytes(b"json\ncsv\xb1\n")
+        r = run_python(["-m", "pycds", "dump", str(lst), str(tmp_path / "a.img")],
+                       cwd=tmp_path)
+        assert r.rc == 2 and len(r.err.splitlines()) == 1, r
+        assert f"pycds: {lst}: not a UTF-8 module list (byte 0xb1 at offset 8)" in r.err, r
+
 
 class TestCliIntegrity:
     def test_verify_reports_damaged_chunks(self, tmp_path):
@@ -180,3 +189,56 @@ class TestCliIntegrity:
         s = run_python(["-c", "print('ok')"], cwd=tmp_path, PYCDSMODE="SHARE",
                        PYCDSARCHIVE=img)
         assert s.out == "ok\n" and "made by another interpreter" in s.warnings()[0]
+
+
+class TestCacheCommands:
+    """python -m pycds cache list|clear|path on a populated cache."""
+
+    def populate(self, tmp_path):
+        cache = tmp_path / "xdg"
+        (tmp_path / "app.py").write_text("import json\nprint('app')\n")
+        (tmp_path / "m.py").write_text("X = 1\n")
+        env = {"XDG_CACHE_HOME": str(cache)}
+        for args in (["app.py"], ["-c", "import m, csv"]):
+            r = run_python(args, cwd=tmp_path, PYCDSMODE="DUMP", **env)
+            assert r.rc == 0 and r.err == "", r
+        return env, cache / "pycds"
+
+    def test_list_names_program_size_and_staleness(self, tmp_path):
+        env, cache = self.populate(tmp_path)
+        (tmp_path / "m.py").write_text("X = 22\n")     # one module stale now
+        r = run_python(["-m", "pycds", "cache", "list"], cwd=tmp_path, **env)
+        assert r.rc == 0, r
+        rows = [line.split() for line in r.out.splitlines()[1:-1]]
+        assert len(rows) == 2 and r.out.splitlines()[-1] == f"2 archives in {cache}", r
+        by_program = {" ".join(row[5:]): row for row in rows}
+        app = by_program[f"{sys.executable} app.py"]
+        c = by_program[f"{sys.executable} -c 'import m, csv'"]
+        assert app[4] == c[4] == "%d.%d.%d" % sys.version_info[:3]
+        assert app[3] == "0" and c[3] == "1", r        # stale: m.py edited
+        assert int(app[2]) > 3 and int(c[2]) > 1
+
+    def test_path_names_the_archive_a_command_line_uses(self, tmp_path):
+        env, cache = self.populate(tmp_path)
+        r = run_python(["-m", "pycds", "cache", "path", "--", sys.executable, "app.py"],
+                       cwd=tmp_path, **env)
+        assert r.rc == 0 and r.out.startswith(str(cache) + os.sep), r
+        shared = run_python(["app.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+        assert "json" in shared.served()
+        info = run_python(["-m", "pycds", "info", "-q", r.out.strip()], cwd=tmp_path, **env)
+        assert f"program:      {sys.executable} app.py" in info.out, info
+        missing = run_python(["-m", "pycds", "cache", "path"], cwd=tmp_path, **env)
+        assert missing.rc == 2 and "after --" in missing.err, missing
+
+    def test_clear_removes_old_or_all(self, tmp_path):
+        env, cache = self.populate(tmp_path)
+        old = sorted(cache.glob("*.img"))[0]
+        os.utime(old, (time.time() - 3 * 86400,) * 2)
+        r = run_python(["-m", "pycds", "cache", "clear", "--older-than", "2"],
+                       cwd=tmp_path, **env)
+        assert r.out == "removed 1 of 2 archives\n" and not old.exists(), r
+        r = run_python(["-m", "pycds", "cache", "clear"], cwd=tmp_path, **env)
+        assert r.out == "removed 1 of 1 archives\n" and list(cache.glob("*.img")) == [], r
+        bad = run_python(["-m", "pycds", "cache", "clear", "--older-than", "x"],
+                         cwd=tmp_path, **env)
+        assert bad.rc == 2 and "number of days" in bad.err, bad

@@ -73,6 +73,17 @@ class TestFromEnviron:
         cfg = C.from_environ({"PYCDSMODE": "SHARE", "XDG_CACHE_HOME": "/c"}, flags())
         assert cfg.archive.startswith("/c/pycds/") and not cfg.problems, cfg
 
+    def test_a_home_that_does_not_exist_is_never_made(self, tmp_path):
+        # A service user's home in many images (HOME=/nonexistent), as root:
+        # DUMP made that directory to put its cache in.
+        from conftest import run_python
+        home = tmp_path / "nonexistent"
+        (tmp_path / "prog.py").write_text("import json\nprint('ran')\n")
+        r = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", HOME=str(home))
+        assert r.rc == 0 and r.out == "ran\n", r
+        assert not home.exists()
+        assert len(r.warnings()) == 1 and "does not exist" in r.warnings()[0], r
+
 
     def test_prefetch(self):
         base = {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": "/a"}

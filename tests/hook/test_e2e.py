@@ -68,6 +68,45 @@ class TestRoundTrip:
                            PYCDSARCHIVE=img, PYCDSVERBOSE=1)
             assert s.rc == rc and "m" in s.served(), s
 
+    def test_the_dump_api(self, tmp_path):
+        (tmp_path / "m.py").write_text("X = 1\n")
+        (tmp_path / "n.py").write_text("Y = 2\n")
+        img = tmp_path / "api.img"
+        r = run_python(["-c", f"import m, pycds; print(pycds.dump({str(img)!r}, ['n', 'nope']))"],
+                       cwd=tmp_path)
+        assert r.rc == 0 and int(r.out) > 2, r
+        assert "dump: cannot import nope" in r.err, r
+        names = {e.name for e in _archive.Index.open(str(img)).entries()}
+        assert {"m", "n"} <= names and "pycds" not in names
+        s = run_python(["-c", "import m, n; print(m.X + n.Y)"], cwd=tmp_path,
+                       PYCDSMODE="SHARE", PYCDSARCHIVE=str(img), PYCDSVERBOSE=1)
+        assert s.out == "3\n" and {"m", "n"} <= set(s.served()), s
+        # No path given: $PYCDSARCHIVE, as a DUMP run would use.
+        env_img = tmp_path / "env.img"
+        r = run_python(["-c", "import m, pycds; pycds.dump()"], cwd=tmp_path,
+                       PYCDSARCHIVE=str(env_img))
+        assert r.rc == 0 and "m" in {e.name for e in _archive.Index.open(str(env_img)).entries()}
+        r = run_python(["-c", "import pycds; pycds.dump('x.img', [b'm'])"], cwd=tmp_path)
+        assert "TypeError: module names are str, not bytes" in r.err, r
+
+    @pytest.mark.parametrize("length", [214, 226, 240, 255])
+    def test_archive_names_up_to_name_max_are_written(self, tmp_path, length):
+        # The temporary name made from the archive's name must fit NAME_MAX
+        # (255 bytes) too; two-byte characters end some cuts mid-character.
+        (tmp_path / "m.py").write_text("X = 1\n")
+        name = ("\u00e9" * 200 + "a" * 255).encode()[:length - 4].decode("utf-8", "ignore")
+        name = name + "x" * (length - 4 - len(name.encode())) + ".img"
+        assert len(name.encode()) == length
+        img = str(tmp_path / name)
+        for _ in range(2):      # the second one replaces the first
+            r = run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP",
+                           PYCDSARCHIVE=img)
+            assert r.rc == 0 and r.err == "", r
+        assert sorted(set(os.listdir(tmp_path)) - {"__pycache__"}) == sorted(["m.py", name])
+        s = run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+        assert "m" in s.served(), s
+
     def test_two_dumps_write_the_same_heap(self, tmp_path):
         """The heap and relocations of an archive are a function of the
         code archived: two DUMP runs of one program (one PYTHONHASHSEED, for

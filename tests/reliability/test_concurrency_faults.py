@@ -297,11 +297,11 @@ class TestDumpEdges:
     def test_the_program_locks_the_archive_directory(self, tmp_path):
         """flock on the directory by the program (or by `flock DIR cmd`
         around it): the dump gives up after its wait with one warning
-        instead of waiting for good (pycds.dump.LOCK_WAIT_S, shortened)."""
+        instead of waiting for good (pycds._dumper.LOCK_WAIT_S, shortened)."""
         prog = textwrap.dedent("""\
             import fcntl, json, os
-            import pycds.dump
-            pycds.dump.LOCK_WAIT_S = 0.3
+            import pycds._dumper
+            pycds._dumper.LOCK_WAIT_S = 0.3
             fd = os.open(".", os.O_RDONLY)
             fcntl.flock(fd, fcntl.LOCK_EX)
             print("done")
@@ -320,7 +320,7 @@ class TestDumpEdges:
             self, tmp_path, state):
         """The dump at exit needs the native module (with _cffi_backend,
         found on sys.path): imported at the start of the run
-        (pycds.dump.preload), not through what the program did to the import
+        (pycds._dumper.preload), not through what the program did to the import
         system by its end."""
         prog = textwrap.dedent("""\
             import sys, json

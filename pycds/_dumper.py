@@ -165,6 +165,9 @@ def _copy(pairs, verbose, skip_preloaded, N):
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()
     meta["created"] = time.time()
+    # Which program it is for (python -m pycds info, cache list).
+    meta["program"] = list(getattr(sys, "orig_argv", sys.argv))
+    meta["executable"] = sys.executable
     return writer, entries, skipped, meta, archive_id
 
 

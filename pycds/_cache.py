@@ -1,0 +1,172 @@
+"""``python -m pycds cache {list,clear,path}``: the default archives.
+
+Without ``PYCDSARCHIVE``, DUMP, SHARE and AUTO use one archive per
+interpreter and program in the cache directory (pycds._config.cache_dir:
+``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``), named by a hash.
+
+``list``             one line per archive: age, size, modules, how many are
+                     stale now, the interpreter and the program it was made for
+``clear [--older-than DAYS]``  remove archives (all, or those not written
+                     for DAYS days) and temporary files of dead writers
+``path -- COMMAND [ARG ...]``  the archive that command line would use (the
+                     command's Python is asked: the path depends on it)
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+from . import _archive, _config, _pyc
+from .errors import ArchiveFormatError
+
+__all__ = ["add_parser", "archives"]
+
+_SUFFIX = ".img"
+
+
+def archives(cache=None):
+    """The archive paths in the cache directory ``cache`` (default:
+    pycds._config.cache_dir()), sorted; [] when there is none."""
+    cache = cache or _config.cache_dir()
+    if not cache:
+        return []
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return []
+    return sorted(os.path.join(cache, n) for n in names
+                  if n.endswith(_SUFFIX) and not n.startswith("."))
+
+
+def describe(path):
+    """A dict of what ``cache list`` prints for the archive at ``path``:
+    ``bytes``, ``age_s`` (since it was written), ``modules``, ``stale``
+    (modules changed since the dump; None when the archive is another
+    interpreter's), ``python`` and ``program`` (its command line), or
+    ``error`` when it cannot be read."""
+    out = {"path": path}
+    try:
+        st = os.stat(path)
+        index = _archive.Index.open(path, check_owner=False, check_interpreter=False)
+    except (OSError, ArchiveFormatError) as e:
+        out["error"] = str(e)
+        return out
+    try:
+        meta = index.meta
+        out["bytes"] = st.st_size
+        out["age_s"] = max(0.0, time.time() - st.st_mtime)
+        out["modules"] = index.header.nmodules
+        out["python"] = str(meta.get("version", "?")).split()[0]
+        argv = meta.get("program")
+        out["program"] = shlex.join(argv) if isinstance(argv, list) else "?"
+        out["stale"] = None
+        if not index.foreign:
+            out["stale"] = sum(_pyc.stale(e, "mtime", _pyc.cache_path(e.origin)) is not None
+                               for e in index.entries())
+    except ArchiveFormatError as e:
+        out["error"] = str(e)
+    finally:
+        index.close()
+    return out
+
+
+def _age(s):
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n:
+            return f"{s / n:.0f}{unit}"
+    return f"{s:.0f}s"
+
+
+def cmd_list(args):
+    paths = archives()
+    if not paths:
+        print(f"no archives in {_config.cache_dir() or '(no cache directory)'}")
+        return 0
+    print(f"{'age':>7} {'MiB':>7} {'modules':>7} {'stale':>5}  {'python':8} program")
+    for p in paths:
+        d = describe(p)
+        if "error" in d:
+            print(f"{'?':>7} {'?':>7} {'?':>7} {'?':>5}  {'?':8} unreadable: {d['error']} ({p})")
+            continue
+        stale = "-" if d["stale"] is None else d["stale"]
+        print(f"{_age(d['age_s']):>7} {d['bytes'] / 2**20:7.1f} {d['modules']:7} {stale:>5}  "
+              f"{d['python']:8} {d['program']}")
+    print(f"{len(paths)} archives in {_config.cache_dir()}")
+    return 0
+
+
+def cmd_clear(args):
+    cache = _config.cache_dir()
+    paths = archives()
+    limit = None if args.older_than is None else args.older_than * 86400
+    removed = 0
+    for p in paths:
+        try:
+            if limit is not None and time.time() - os.stat(p).st_mtime < limit:
+                continue
+            os.unlink(p)
+            removed += 1
+        except OSError as e:
+            print(f"pycds: {p}: {e.strerror or e}", file=sys.stderr)
+    if cache and os.path.isdir(cache):
+        from . import _writer
+        for p in paths:
+            _writer._sweep_stale(cache, os.path.basename(p))
+    print(f"removed {removed} of {len(paths)} archives")
+    return 0
+
+
+def cmd_path(args):
+    command = args.command
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        args.path_parser.error("give the command line after --, as in "
+                               "python -m pycds cache path -- python app.py")
+    # The path hashes the interpreter that runs the command: ask it.
+    code = ("import sys; from pycds import _config; "
+            "print(_config.default_archive_path(argv=sys.argv[1:]) or '')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYCDS")}
+    try:
+        r = subprocess.run([command[0], "-c", code, *command], env=env,
+                           capture_output=True, text=True)
+    except OSError as e:
+        print(f"pycds: {command[0]}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if r.returncode != 0 or not r.stdout.strip():
+        why = r.stderr.strip().splitlines()[-1:] or ["no cache directory"]
+        print(f"pycds: {command[0]} gives no default archive: {why[0]}", file=sys.stderr)
+        return 2
+    print(r.stdout.strip())
+    return 0
+
+
+def _days(text):
+    import argparse
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days >= 0")
+    return v
+
+
+def add_parser(subparsers):
+    """Add the ``cache`` subcommand to ``subparsers`` (of python -m pycds)."""
+    import argparse
+    p = subparsers.add_parser("cache", help="list, clear or locate the default archives")
+    sub = p.add_subparsers(dest="cache_command", required=True)
+    sub.add_parser("list", help="the archives, with their program and state") \
+        .set_defaults(func=cmd_list)
+    c = sub.add_parser("clear", help="remove archives")
+    c.add_argument("--older-than", type=_days, metavar="DAYS",
+                   help="only those not written for DAYS days")
+    c.set_defaults(func=cmd_clear)
+    w = sub.add_parser("path", help="the archive a command line would use",
+                       usage="python -m pycds cache path -- COMMAND [ARG ...]")
+    w.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    w.set_defaults(func=cmd_path, path_parser=w)
+    return p
