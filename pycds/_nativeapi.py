@@ -171,3 +171,35 @@ class NativeArchive:
         """Release the handle (refused once a module was loaded)."""
         _check(lib.pycds_archive_close(self._a), "close")
         self._a = ffi.NULL
+
+
+class IndexFinder:
+    """The finder's archive hit in C (native/archive/loader/find.c): the
+    index lookup of a name and the stats its checks take, as facts for
+    pycds._search and pycds._pyc to judge.  ``index`` is an open
+    pycds._archive.Index reading through descriptor ``fd``; ``files``:
+    stat the source and .pyc too (not for PYCDSCHECK=unchecked)."""
+
+    def __init__(self, index, fd, files=True):
+        h = index.header
+        self._buckets = ffi.from_buffer(index._buckets)   # kept alive here
+        self._ix = ffi.new("pycds_index *", {
+            "fd": fd, "entries_off": h.entries_off, "entries_len": h.entries_len,
+            "buckets": self._buckets, "nbuckets": h.nbuckets, "key": h.archive_id})
+        self._flags = lib.PYCDS_FIND_FILES if files else 0
+        self._find = lib.pycds_index_find
+
+    def find(self, name):
+        """``[entry tuple, stamps of the search's steps, package directory's
+        stamp, source facts, .pyc facts]`` (pycds_native.h), None if
+        ``name`` is not in the archive, False where C declined (read the
+        index with Index.lookup)."""
+        out = []
+        if self._find(self._ix, id(name), self._flags, id(out)):
+            return False
+        return out or None
+
+
+def keyed_hash(key, data):
+    """pycds_keyed_hash: ``_imp.source_hash(key, data)`` as an int."""
+    return lib.pycds_keyed_hash(key, ffi.from_buffer(data), len(data))

@@ -21,7 +21,7 @@ from _frozen_importlib_external import _RAW_MAGIC_NUMBER, SourceFileLoader
 from .errors import program_raised
 
 __all__ = ["check", "stale", "classify_pyc", "pyc_facts", "source_hash",
-           "stat_or_none", "loader_patched"]
+           "stat_or_none", "file_facts", "loader_patched"]
 
 # How the module's code reached the dump run (an index entry's pyc_kind).
 PYC_NONE, PYC_TIMESTAMP, PYC_CHECKED_HASH, PYC_UNCHECKED_HASH = 0, 1, 2, 3
@@ -54,6 +54,15 @@ def cache_path(origin):
         return _bootstrap_external.cache_from_source(origin)
     except (NotImplementedError, ValueError):
         return None
+
+
+def file_facts(path):
+    """``(st_mtime_ns, st_size, st_mtime)`` of ``path``
+    (:func:`stat_or_none`), or None: what :func:`check` judges a source or
+    ``.pyc`` by.  The native hit path (native/archive/loader/find.c) hands
+    the same tuples to :func:`check`."""
+    st = stat_or_none(path)
+    return None if st is None else (st.st_mtime_ns, st.st_size, st.st_mtime)
 
 
 def source_hash(data):
@@ -101,6 +110,11 @@ def classify_pyc(head, st, src_hash):
     :data:`PYC_UNCHECKED` it runs a hash-based .pyc it does not check
     against the source; :data:`PYC_INVALID` it compiles the source (a
     checked hash-based .pyc with ``src_hash`` None is taken for one)."""
+    return _classify(head, st.st_mtime, st.st_size, src_hash)
+
+
+def _classify(head, mtime, size, src_hash):
+    # classify_pyc, for a source of st_mtime ``mtime`` and st_size ``size``.
     if head is None or len(head) < 16 or head[:4] != _bootstrap_external.MAGIC_NUMBER:
         return PYC_INVALID
     flags = int.from_bytes(head[4:8], "little")
@@ -110,8 +124,8 @@ def classify_pyc(head, st, src_hash):
         if not pyc_source_checked(flags & 0b10):
             return PYC_UNCHECKED
         return PYC_VALID if src_hash is not None and head[8:16] == src_hash else PYC_INVALID
-    if (int.from_bytes(head[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
-            or int.from_bytes(head[12:16], "little") != st.st_size & 0xFFFFFFFF):
+    if (int.from_bytes(head[8:12], "little") != int(mtime) & 0xFFFFFFFF
+            or int.from_bytes(head[12:16], "little") != size & 0xFFFFFFFF):
         return PYC_INVALID
     return PYC_VALID
 
@@ -168,25 +182,33 @@ def stale(entry, mode, cached=None):
     return check(entry, mode, cached)[0]
 
 
-def check(entry, mode, cached=None):
+def check(entry, mode, cached=None, facts=None):
     """``(reason, st)``: why plain import would not run the archived code of
     ``entry`` (a :class:`pycds._archive.ModuleEntry`) now, None where it
-    would, and the source's stat (None where not taken).  ``mode``: the
-    PYCDSCHECK value (``"stat"``, ``"hash"``, ``"unchecked"``).
-    ``cached``: the ``.pyc`` path plain import would read now (the spec's),
-    if known."""
+    would, and the source's :func:`file_facts` (None where not taken).
+    ``mode``: the PYCDSCHECK value (``"stat"``, ``"hash"``,
+    ``"unchecked"``).  ``cached``: the ``.pyc`` path plain import would read
+    now (the spec's), if known.  ``facts``: the :func:`file_facts` of
+    ``entry.origin`` and of ``entry.pyc_path`` (None where that is empty),
+    taken a moment ago by the native hit path; None: take them now."""
     if mode == "unchecked":
         return None, None
-    st = stat_or_none(entry.origin)
+    if facts is None:
+        st = file_facts(entry.origin)
+        pst = _MISSING
+    else:
+        st, pst = facts
     if st is None:
         return "source is gone", None
-    if st.st_size != entry.size:
+    if st[1] != entry.size:
         return "source changed", st
     if entry.pyc_kind in (PYC_CHECKED_HASH, PYC_UNCHECKED_HASH) and \
             (cached is None or cached == entry.pyc_path):
-        reason, src_hash, mode = _check_hash_pyc(entry, st, mode)
+        if pst is _MISSING:
+            pst = file_facts(entry.pyc_path)
+        reason, src_hash, mode = _check_hash_pyc(entry, st, pst, mode)
     else:
-        reason, src_hash, mode = _check_timestamp_pyc(entry, st, mode, cached)
+        reason, src_hash, mode = _check_timestamp_pyc(entry, st, pst, mode, cached)
     if reason is None and mode == "hash":
         if src_hash is None:
             src_hash = source_hash_of(entry.origin)
@@ -197,15 +219,19 @@ def check(entry, mode, cached=None):
     return reason, st
 
 
-def _check_hash_pyc(entry, st, mode):
+# (check: the .pyc's facts are not taken yet.)
+_MISSING = object()
+
+
+def _check_hash_pyc(entry, st, pst, mode):
     # The dump ran a hash-based .pyc: plain import trusts (or checks) it, so
     # it must be the same file, under the same policy, as at the dump.
-    # Returns (reason, source hash or None, check mode from now on).
-    if st.st_mtime_ns != entry.mtime_ns:
+    # st, pst: the file_facts of the source and the .pyc.  Returns (reason,
+    # source hash or None, check mode from now on).
+    if st[0] != entry.mtime_ns:
         return "source changed", None, mode
     if _imp.check_hash_based_pycs != entry.check_hash_pycs:
         return "check_hash_based_pycs differs", None, mode
-    pst = stat_or_none(entry.pyc_path)
     if pst is None:
         return "hash-based .pyc is gone", None, mode
     if not _as_dumped(pst, entry):
@@ -217,7 +243,7 @@ def _check_hash_pyc(entry, st, mode):
     return None, None, mode
 
 
-def _check_timestamp_pyc(entry, st, mode, cached):
+def _check_timestamp_pyc(entry, st, pst, mode, cached):
     # Plain import runs a timestamp .pyc whose header matches the source's
     # mtime (seconds) and size, else compiles the source.  While the .pyc is
     # the very file the dump left and the source's stat is the dumped one,
@@ -225,13 +251,15 @@ def _check_timestamp_pyc(entry, st, mode, cached):
     # removed, another .pyc path, a source touched since) the archived code
     # is plain import's only if the source is the dumped one byte for byte,
     # which a stat cannot tell.  (Limits: docs/importer-compliance.md.)
+    # st: the source's file_facts; pst: entry.pyc_path's, or _MISSING.
     # Returns (reason, source hash or None, check mode from now on).
     other_pyc = cached is not None and cached != entry.pyc_path
     pyc = entry.pyc_path if cached is None else cached
-    pst = stat_or_none(pyc) if pyc else None
+    if pst is _MISSING or other_pyc:
+        pst = file_facts(pyc) if pyc else None
     dumped = (entry.pyc_kind == PYC_TIMESTAMP and not other_pyc
               and _as_dumped(pst, entry))
-    moved = st.st_mtime_ns != entry.mtime_ns
+    moved = st[0] != entry.mtime_ns
     if not moved and dumped:
         return None, None, mode
     src_hash = None
@@ -242,7 +270,7 @@ def _check_timestamp_pyc(entry, st, mode, cached):
         if src_hash is None:
             return "source is unreadable", None, mode
     head = read_code_file(pyc, 16) if pst is not None else None
-    use = classify_pyc(head, st, src_hash)
+    use = _classify(head, st[2], st[1], src_hash)
     if use == PYC_UNCHECKED:
         return "an unchecked hash-based .pyc replaced the dumped one", src_hash, mode
     if use != PYC_VALID or not dumped:
@@ -253,7 +281,7 @@ def _check_timestamp_pyc(entry, st, mode, cached):
 
 
 def _as_dumped(pst, entry):
-    """Whether ``pst`` (a ``.pyc``'s stat, or None) is that of the ``.pyc``
-    the dump run left for ``entry``."""
-    return (pst is not None and pst.st_mtime_ns == entry.pyc_mtime_ns
-            and pst.st_size == entry.pyc_size)
+    """Whether ``pst`` (a ``.pyc``'s :func:`file_facts`, or None) is that of
+    the ``.pyc`` the dump run left for ``entry``."""
+    return (pst is not None and pst[0] == entry.pyc_mtime_ns
+            and pst[1] == entry.pyc_size)

@@ -182,11 +182,14 @@ class Recorder:
         return None
 
 
-def find_spec(fullname, path, target, origin, search):
+def find_spec(fullname, path, target, origin, search, stamps=None):
     """``PathFinder.find_spec(fullname, path, target)``, answered from
     ``search`` (what :meth:`Recorder.record` returned at DUMP for the module
-    archived from ``origin``) for the directories whose stamp holds.  Raises
-    what PathFinder raises."""
+    archived from ``origin``) for the directories whose stamp holds.
+    ``stamps``: the stamps of the steps' directories (None where a step has
+    none) and of the package directory, taken a moment ago by the native hit
+    path (native/archive/loader/find.c); None: take them now.  Raises what
+    PathFinder raises."""
     global replayed
     if search is None or not _REPLAY or not _pristine():
         return PathFinder.find_spec(fullname, path, target)
@@ -205,10 +208,12 @@ def find_spec(fullname, path, target, origin, search):
             continue          # PathFinder skips it too
         if type(finder) is not FileFinder or finder._loaders != _LOADERS:
             return PathFinder.find_spec(fullname, path, target)
-        if stamp is not None and finder.path == directory and _stamp(directory) == stamp:
+        if stamp is not None and finder.path == directory and \
+                (_stamp(directory) if stamps is None else stamps[0][i]) == stamp:
             if i < last:
                 continue      # unchanged since the dump: nothing of that name
-            if pkg_dir is None or (pkg_stamp is not None and _stamp(pkg_dir) == pkg_stamp):
+            if pkg_dir is None or (pkg_stamp is not None and (
+                    _stamp(pkg_dir) if stamps is None else stamps[1]) == pkg_stamp):
                 replayed += 1
                 return spec_from_file_location(
                     fullname, origin, loader=SourceFileLoader(fullname, origin),

@@ -160,6 +160,7 @@ class _Archive:
         self.path = index.path
         self.disabled = False
         self._native = None
+        self.fast = None        # the native hit path, once _native is open
         self._open_lock = _thread.allocate_lock()   # held while opening it
         self._opener = None     # thread id while it opens the native handle
         self._open_waited_out = False   # an import gave up waiting for that
@@ -197,6 +198,8 @@ class _Archive:
                     # One descriptor on the archive, out of the program's
                     # way (native/archive/loader/descriptor.c).
                     self.index.adopt(self._native.fd)
+                    self.fast = N.IndexFinder(self.index, self._native.fd,
+                                              self.check != "unchecked")
                 finally:
                     self._opener = None
             return self._native
@@ -527,7 +530,18 @@ class CDSFinder:
         if archive.disabled:
             return None
         try:
-            entry = archive.index.lookup(fullname)
+            # Once the native module is loaded, the lookup and the stats the
+            # checks below take are made in one native call; what they mean
+            # is judged here and in pycds._search and pycds._pyc, as for
+            # facts Python took (native/archive/loader/find.c).
+            fast = archive.fast
+            facts = fast.find(fullname) if fast is not None else False
+            if facts is False:
+                entry, facts = archive.index.lookup(fullname), None
+            elif facts is not None:
+                entry = _archive.ModuleEntry(*facts[0])
+            else:
+                entry = None
         except Exception as e:
             if program_raised(e):
                 raise
@@ -554,7 +568,8 @@ class CDSFinder:
             return None
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
-        spec = _search_find_spec(fullname, path, target, entry.origin, entry.search)
+        spec = _search_find_spec(fullname, path, target, entry.origin, entry.search,
+                                 facts and facts[1:3])
         if spec is None:
             _fallback(fullname, "not found on the search path")
             return None
@@ -569,7 +584,7 @@ class CDSFinder:
         if spec.origin != entry.origin:
             _stale_fallback(fullname, "resolves to another file")
             return spec
-        reason, st = _pyc.check(entry, archive.check, spec.cached)
+        reason, st = _pyc.check(entry, archive.check, spec.cached, facts and facts[3:])
         if reason is not None:
             _stale_fallback(fullname, reason)
             if reason == "source is gone":
@@ -580,7 +595,7 @@ class CDSFinder:
         if st is None:    # (not stat'ed: PYCDSCHECK=unchecked)
             mtime_ns, size = entry.mtime_ns, entry.size
         else:
-            mtime_ns, size = st.st_mtime_ns, st.st_size
+            mtime_ns, size = st[0], st[1]
         ArchivedCode.install(spec.loader,
                              _ChunkRef(fullname, entry.number, entry.chunk_len,
                                        mtime_ns, size), archive)

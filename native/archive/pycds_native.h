@@ -156,4 +156,34 @@ int pycds_archive_set_release(pycds_archive *a, int mode);
 int pycds_archive_fd(pycds_archive *a, int *fd);
 int pycds_archive_close(pycds_archive *a);
 
+/* The finder's archive hit (loader/find.c): what pycds_index_find() reads
+ * of an archive's index (docs/archive-format.md).  The caller owns it and
+ * keeps `buckets` (nbuckets records of 8 bytes) alive and unchanged. */
+typedef struct {
+    int fd;                /* a descriptor on the archive */
+    uint64_t entries_off;  /* module entries: file offset */
+    uint64_t entries_len;  /* ... and bytes */
+    const uint8_t *buckets;
+    uint64_t nbuckets;     /* a power of two */
+    uint64_t key;          /* the archive's id, the entries' checksum key */
+} pycds_index;
+
+/* pycds_index_find() flags: also stat the entry's source and .pyc. */
+#define PYCDS_FIND_FILES 1
+
+/* Look up the module named `name` (a str) in the index and stat what its
+ * entry names.  0 and nothing appended: not in the archive.  0 and five
+ * items appended to `out_list` (a list): the entry's tuple, the stamps of
+ * its search's directories (a tuple, None where a step has no stamp or its
+ * stat failed), the package directory's stamp, and with PYCDS_FIND_FILES
+ * the (st_mtime_ns, st_size, st_mtime) of the source and of the .pyc, each
+ * None where not taken or where stat failed.  Any other code: declined
+ * (an entry that fails its checks, an unusual one, a read error); the
+ * caller reads the index its own way.  Takes the GIL. */
+int pycds_index_find(const pycds_index *ix, uintptr_t name, int flags,
+                     uintptr_t out_list);
+/* _imp.source_hash's keyed SipHash (2-4 on 3.10, 1-3 after) of n bytes.
+ * Pure, no GIL. */
+uint64_t pycds_keyed_hash(uint64_t key, const void *src, size_t n);
+
 #endif /* PYCDS_NATIVE_H */

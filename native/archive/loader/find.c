@@ -1,0 +1,474 @@
+/* find.c -- the raw work of the finder's archive hit (pycds/finder.py), in
+ * one call: the index lookup of a name and the stats its checks need.
+ *
+ * Facts only, no verdict: pycds_index_find() finds the name's entry as
+ * pycds/_archive.py's Index.lookup does (bucket probe, pread, keyed SipHash,
+ * unmarshal) and stats what the entry names -- the directories of its
+ * recorded search, its source and its .pyc -- handing back the fields
+ * pycds/_search.py and pycds/_pyc.py compare, as the tuples their own stat
+ * helpers make from os.stat.  Whether a search replays and whether plain
+ * import would run the archived code is decided there, once, on either
+ * kind of facts (tests/hook/test_cfind.py checks that both agree).  An
+ * entry this path does not expect, or any failure, makes it decline:
+ * Index.lookup then runs, and raises or answers as it does.
+ */
+#include "archive.h"
+
+#include <marshal.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Fields of an entry tuple (pycds/_archive.py ModuleEntry.__slots__). */
+#define ENTRY_FIELDS 21
+#define ENTRY_NAME 1
+#define ENTRY_ORIGIN 2
+#define ENTRY_PYC_PATH 8
+#define ENTRY_SEARCH 20
+#define EMPTY_BUCKET 0xFFFFFFFFu
+#define ENTRY_READ 1024           /* pycds/_archive.py _ENTRY_READ */
+#define NAME_KEY 0x50594344534e4dULL   /* pycds/_archive.py _NAME_KEY */
+/* Paths stat'ed per call: the search's directories, its package
+ * directory, the source and the .pyc; a longer search declines. */
+#define MAX_PATHS 64
+
+/* ---- the keyed hash of _imp.source_hash --------------------------------- */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define HALF_ROUND(a, b, c, d, s, t) \
+    do { a += b; c += d; b = ROTL(b, s) ^ a; d = ROTL(d, t) ^ c; \
+         a = ROTL(a, 32); } while (0)
+#define SIP_ROUND(v0, v1, v2, v3) \
+    do { HALF_ROUND(v0, v1, v2, v3, 13, 16); \
+         HALF_ROUND(v2, v1, v0, v3, 17, 21); } while (0)
+
+/* _Py_KeyedHash (Python/pyhash.c): SipHash with k0 = key, k1 = 0; 2-4 on
+ * 3.10, 1-3 from 3.11 on.  Input words are read little-endian. */
+uint64_t
+pycds_keyed_hash(uint64_t key, const void *src, size_t n)
+{
+#if PY_VERSION_HEX < 0x030B0000
+    const int crounds = 2, drounds = 4;
+#else
+    const int crounds = 1, drounds = 3;
+#endif
+    const uint8_t *in = src;
+    uint64_t b = (uint64_t)n << 56;
+    uint64_t v0 = key ^ 0x736f6d6570736575ULL;
+    uint64_t v1 = 0 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = key ^ 0x6c7967656e657261ULL;
+    uint64_t v3 = 0 ^ 0x7465646279746573ULL;
+    uint64_t m, t = 0;
+    int r;
+
+    for (; n >= 8; n -= 8, in += 8) {
+        m = 0;
+        for (int i = 7; i >= 0; i--) {
+            m = m << 8 | in[i];
+        }
+        v3 ^= m;
+        for (r = 0; r < crounds; r++) {
+            SIP_ROUND(v0, v1, v2, v3);
+        }
+        v0 ^= m;
+    }
+    for (int i = (int)n - 1; i >= 0; i--) {
+        t = t << 8 | in[i];
+    }
+    b |= t;
+    v3 ^= b;
+    for (r = 0; r < crounds; r++) {
+        SIP_ROUND(v0, v1, v2, v3);
+    }
+    v0 ^= b;
+    v2 ^= 0xff;
+    for (r = 0; r < drounds; r++) {
+        SIP_ROUND(v0, v1, v2, v3);
+    }
+    return (v0 ^ v1) ^ (v2 ^ v3);
+}
+
+/* pycds/_archive.py checksum(): the key as _imp.source_hash takes it. */
+static uint64_t
+checksum(const void *src, size_t n, uint64_t key)
+{
+    return pycds_keyed_hash(key & 0x7FFFFFFFFFFFFFFFULL, src, n);
+}
+
+static uint32_t
+le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
+           | (uint32_t)p[3] << 24;
+}
+
+static uint64_t
+le64(const uint8_t *p)
+{
+    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+/* ---- the entry -------------------------------------------------------- */
+
+/* pread all of [off, off + n), retrying EINTR, without the GIL; 0 or -1. */
+static int
+read_at(int fd, uint8_t *buf, size_t n, uint64_t off)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pycds_read_full(fd, buf, n, off);
+    Py_END_ALLOW_THREADS
+    return rc == PYCDS_OK ? 0 : -1;
+}
+
+/* The unmarshalled payload of the entry at offset off of the entries
+ * section (a new reference), or NULL (no exception set) where
+ * Index._read_entry would not give a ModuleEntry of a 21-tuple. */
+static PyObject *
+read_entry(const pycds_index *ix, uint64_t off)
+{
+    uint8_t head[ENTRY_READ];
+    uint8_t *rec = head;
+    uint64_t avail, length;
+    PyObject *obj = NULL;
+
+    if (off + 12 > ix->entries_len) {
+        return NULL;
+    }
+    avail = ix->entries_len - off < ENTRY_READ ? ix->entries_len - off : ENTRY_READ;
+    if (read_at(ix->fd, head, (size_t)avail, ix->entries_off + off) < 0) {
+        return NULL;
+    }
+    length = le32(head);
+    if (length < 12 || off + length > ix->entries_len) {
+        return NULL;
+    }
+    if (length > avail) {
+        rec = malloc((size_t)length);
+        if (rec == NULL) {
+            return NULL;
+        }
+        memcpy(rec, head, (size_t)avail);
+        if (read_at(ix->fd, rec + avail, (size_t)(length - avail),
+                    ix->entries_off + off + avail) < 0) {
+            goto done;
+        }
+    }
+    if (checksum(rec + 12, (size_t)length - 12, ix->key) != le64(rec + 4)) {
+        goto done;
+    }
+    obj = PyMarshal_ReadObjectFromString((const char *)rec + 12,
+                                         (Py_ssize_t)length - 12);
+    if (obj == NULL) {
+        PyErr_Clear();
+    } else if (!PyTuple_CheckExact(obj) || PyTuple_GET_SIZE(obj) != ENTRY_FIELDS) {
+        Py_CLEAR(obj);
+    }
+done:
+    if (rec != head) {
+        free(rec);
+    }
+    return obj;
+}
+
+/* ---- the stats -------------------------------------------------------- */
+
+typedef struct {
+    PyObject *str;         /* the path (borrowed from the entry), or NULL */
+    PyObject *bytes;       /* its file-system encoding where not ASCII */
+    const char *c;         /* NUL-terminated, or NULL: os.stat would fail */
+    int dir;               /* a search directory: give its stamp */
+    int ok;
+    struct stat st;
+} path_fact;
+
+/* Record path p (a str, else decline: -1) to be stat'ed. */
+static int
+add_path(path_fact *f, PyObject *p, int dir)
+{
+    Py_ssize_t n;
+
+    memset(f, 0, sizeof(*f));
+    if (!PyUnicode_CheckExact(p)) {
+        return -1;
+    }
+    f->str = p;
+    f->dir = dir;
+    if (PyUnicode_IS_ASCII(p)) {
+        f->c = (const char *)PyUnicode_DATA(p);
+        n = PyUnicode_GET_LENGTH(p);
+    } else {
+        /* os.stat's encoding (os.fsencode): the file system's, with
+         * surrogateescape. */
+        f->bytes = PyUnicode_EncodeFSDefault(p);
+        if (f->bytes == NULL) {
+            PyErr_Clear();
+            return -1;
+        }
+        f->c = PyBytes_AS_STRING(f->bytes);
+        n = PyBytes_GET_SIZE(f->bytes);
+    }
+    if ((Py_ssize_t)strlen(f->c) != n) {
+        f->c = NULL;       /* an embedded NUL: os.stat raises ValueError */
+    }
+    return 0;
+}
+
+/* st's seconds and nanoseconds as os.stat's *_ns (sec * 10**9 + nsec);
+ * NULL without an exception where that does not fit a long long. */
+static PyObject *
+time_ns(struct timespec ts)
+{
+    if (ts.tv_sec > LLONG_MAX / 1000000000 - 1 || ts.tv_sec < LLONG_MIN / 1000000000 + 1) {
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
+/* The fact of f, as the Python helpers make it: None where stat failed; a
+ * directory's stamp (pycds._search._stamp); a file's (st_mtime_ns, st_size,
+ * st_mtime) (pycds._pyc.file_facts).  NULL (exception cleared): decline. */
+static PyObject *
+fact_object(const path_fact *f)
+{
+    PyObject *a = NULL, *b = NULL, *c = NULL, *d = NULL, *out = NULL;
+
+    if (!f->ok) {
+        Py_RETURN_NONE;
+    }
+    a = time_ns(f->st.st_mtim);
+    if (a == NULL) {
+        goto done;
+    }
+    if (f->dir) {
+        if ((unsigned long long)f->st.st_dev > LLONG_MAX) {
+            goto done;     /* os.stat's st_dev differs across versions */
+        }
+        b = time_ns(f->st.st_ctim);
+        c = PyLong_FromUnsignedLongLong((unsigned long long)f->st.st_ino);
+        d = PyLong_FromLongLong((long long)f->st.st_dev);
+        if (b != NULL && c != NULL && d != NULL) {
+            out = PyTuple_Pack(4, a, b, c, d);
+        }
+    } else {
+        b = PyLong_FromLongLong((long long)f->st.st_size);
+        /* os.stat's st_mtime (fill_time, Modules/posixmodule.c) */
+        c = PyFloat_FromDouble((double)f->st.st_mtim.tv_sec
+                               + f->st.st_mtim.tv_nsec * 1e-9);
+        if (b != NULL && c != NULL) {
+            out = PyTuple_Pack(3, a, b, c);
+        }
+    }
+done:
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    Py_XDECREF(d);
+    if (out == NULL) {
+        PyErr_Clear();
+    }
+    return out;
+}
+
+/* An empty fact slot (a step without a stamp, no package directory, no
+ * .pyc): None. */
+static void
+no_path(path_fact *f)
+{
+    memset(f, 0, sizeof(*f));
+}
+
+/* Gather entry's paths into facts[*n...]: per search step its directory
+ * (where it has a stamp), then the package directory (where it has one),
+ * and with files set the source and the .pyc.  *nsteps: the steps.
+ * Returns 0, or -1 where the entry is not as pycds.dump writes it. */
+static int
+gather(PyObject *entry, int files, path_fact *facts, int *n, Py_ssize_t *nsteps)
+{
+    PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
+    PyObject *pyc = PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH);
+    PyObject *steps, *step;
+
+    *nsteps = 0;
+    if (search != Py_None) {
+        if (!PyTuple_CheckExact(search) || PyTuple_GET_SIZE(search) != 3) {
+            return -1;
+        }
+        steps = PyTuple_GET_ITEM(search, 0);
+        if (!PyTuple_CheckExact(steps) || PyTuple_GET_SIZE(steps) > MAX_PATHS - 3) {
+            return -1;
+        }
+        *nsteps = PyTuple_GET_SIZE(steps);
+        for (Py_ssize_t i = 0; i < *nsteps; i++) {
+            step = PyTuple_GET_ITEM(steps, i);
+            if (!PyTuple_CheckExact(step) || PyTuple_GET_SIZE(step) != 3) {
+                return -1;
+            }
+            if (PyTuple_GET_ITEM(step, 2) == Py_None) {
+                no_path(&facts[(*n)++]);
+            } else if (add_path(&facts[(*n)++], PyTuple_GET_ITEM(step, 1), 1) < 0) {
+                return -1;
+            }
+        }
+    }
+    if (search == Py_None || PyTuple_GET_ITEM(search, 2) == Py_None) {
+        no_path(&facts[(*n)++]);
+    } else if (add_path(&facts[(*n)++], PyTuple_GET_ITEM(search, 1), 1) < 0) {
+        return -1;
+    }
+    if (!files) {
+        return 0;
+    }
+    if (add_path(&facts[(*n)++], PyTuple_GET_ITEM(entry, ENTRY_ORIGIN), 0) < 0) {
+        return -1;
+    }
+    if (pyc == Py_None || (PyUnicode_CheckExact(pyc) && PyUnicode_GET_LENGTH(pyc) == 0)) {
+        no_path(&facts[(*n)++]);     /* (falsy: _pyc.check stats none) */
+    } else if (add_path(&facts[(*n)++], pyc, 0) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+fact_or_none(const path_fact *f)
+{
+    return f->str == NULL ? Py_NewRef(Py_None) : fact_object(f);
+}
+
+/* out_list += [entry, dirs, pkg, source, pyc]: dirs the tuple of the
+ * steps' stamps (None where not taken), the others a fact or None.
+ * 0, or -1 (exception cleared). */
+static int
+report(PyObject *out, PyObject *entry, const path_fact *facts,
+       Py_ssize_t nsteps, int files)
+{
+    PyObject *items[5] = {NULL, NULL, NULL, NULL, NULL};
+    PyObject *item;
+    int rc = -1, k;
+
+    items[0] = Py_NewRef(entry);
+    items[1] = PyTuple_New(nsteps);
+    if (items[1] == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nsteps; i++) {
+        item = fact_or_none(&facts[i]);
+        if (item == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(items[1], i, item);
+    }
+    for (k = 0; k < 3; k++) {
+        items[2 + k] = k == 0 || files ? fact_or_none(&facts[nsteps + k])
+                                       : Py_NewRef(Py_None);
+        if (items[2 + k] == NULL) {
+            goto done;
+        }
+    }
+    for (k = 0; k < 5; k++) {
+        if (PyList_Append(out, items[k]) < 0) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (k = 0; k < 5; k++) {
+        Py_XDECREF(items[k]);
+    }
+    if (rc < 0) {
+        PyErr_Clear();
+    }
+    return rc;
+}
+
+/* ---- the entry point --------------------------------------------------- */
+
+/* Stat the gathered paths, GIL released. */
+static void
+stat_all(path_fact *facts, int n)
+{
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < n; i++) {
+        facts[i].ok = facts[i].c != NULL && stat(facts[i].c, &facts[i].st) == 0;
+    }
+    Py_END_ALLOW_THREADS
+}
+
+int
+pycds_index_find(const pycds_index *ix, uintptr_t name_obj, int flags,
+                 uintptr_t out_list)
+{
+    PyObject *name = (PyObject *)name_obj, *out = (PyObject *)out_list;
+    PyObject *entry = NULL;
+    path_fact facts[MAX_PATHS];
+    const char *utf8;
+    Py_ssize_t len, nsteps = 0;
+    uint64_t h, mask = ix->nbuckets - 1, i;
+    int n = 0, rc = PYCDS_E_CORRUPT, eq;
+    PyGILState_STATE g = PyGILState_Ensure();
+
+    if (!PyUnicode_CheckExact(name) || !PyList_CheckExact(out)
+            || ix->nbuckets == 0 || (ix->nbuckets & mask) != 0) {
+        rc = PYCDS_E_ARG;
+        goto done;
+    }
+    /* (A lone surrogate, which Index.lookup encodes with surrogatepass,
+     * declines.) */
+    utf8 = PyUnicode_AsUTF8AndSize(name, &len);
+    if (utf8 == NULL) {
+        PyErr_Clear();
+        rc = PYCDS_E_ARG;
+        goto done;
+    }
+    h = checksum(utf8, (size_t)len, NAME_KEY);
+    i = h & mask;
+    for (uint64_t probe = 0; probe < ix->nbuckets; probe++, i = (i + 1) & mask) {
+        const uint8_t *b = ix->buckets + 8 * i;
+        uint32_t off = le32(b + 4);
+        if (off == EMPTY_BUCKET) {
+            rc = PYCDS_OK;       /* not in the archive */
+            goto done;
+        }
+        if (le32(b) != (uint32_t)(h >> 32)) {
+            continue;
+        }
+        entry = read_entry(ix, off);
+        if (entry == NULL) {
+            goto done;           /* Index.lookup raises: let it */
+        }
+        eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, ENTRY_NAME), name, Py_EQ);
+        if (eq < 0) {
+            PyErr_Clear();
+            goto done;
+        }
+        if (eq) {
+            break;
+        }
+        Py_CLEAR(entry);
+    }
+    if (entry == NULL) {
+        rc = PYCDS_OK;           /* every bucket probed: not in the archive */
+        goto done;
+    }
+    if (gather(entry, flags & PYCDS_FIND_FILES, facts, &n, &nsteps) < 0) {
+        rc = PYCDS_E_ARG;
+        goto done;
+    }
+    stat_all(facts, n);
+    rc = report(out, entry, facts, nsteps, flags & PYCDS_FIND_FILES) < 0
+         ? PYCDS_E_PYTHON : PYCDS_OK;
+    if (rc != PYCDS_OK) {
+        PyList_SetSlice(out, 0, PyList_GET_SIZE(out), NULL);
+        PyErr_Clear();
+    }
+done:
+    for (int k = 0; k < n; k++) {
+        Py_XDECREF(facts[k].bytes);
+    }
+    Py_XDECREF(entry);
+    PyGILState_Release(g);
+    return rc;
+}

@@ -1,0 +1,306 @@
+"""The finder's native hit path (native/archive/loader/find.c) against the
+Python path, on the same inputs: the same entry for every name, the same
+facts for every path, and the same verdicts of pycds._pyc.check and
+pycds._search.find_spec whichever side took the facts."""
+
+import _imp
+import os
+import tempfile
+from _frozen_importlib_external import MAGIC_NUMBER
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import import_state, run_python
+from test_search import describe
+from pycds import _archive, _nativeapi, _pyc, _search
+from pycds.errors import ArchiveFormatError
+
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+
+
+def entry(number, name, origin="/nonexistent/m.py", pyc_path="", search=None,
+          mtime_ns=0, size=0, pyc_kind=0, pyc_mtime_ns=0, pyc_size=0,
+          source_hash=b"", check_hash_pycs="default"):
+    return _archive.ModuleEntry(
+        number, name, origin, False, None, mtime_ns, size, source_hash, pyc_path,
+        pyc_kind, pyc_mtime_ns, pyc_size, check_hash_pycs, 0, 0, 0, 0, 0, 0, 0,
+        search)
+
+
+def write_index(path, entries, archive_id=0x1234_5678_9ABC_DEF0):
+    """An archive holding ``entries`` and an empty heap; its Index."""
+    h, parts = _archive.layout(entries, 0, 0, _archive.meta_for_this_interpreter(),
+                               archive_id)
+    buf = bytearray(h.file_len)
+    buf[:_archive.HEADER_SIZE] = h.pack()
+    for off, data in parts:
+        buf[off:off + len(data)] = data
+    with open(path, "wb") as f:
+        f.write(buf)
+    return _archive.Index.open(str(path), check_owner=False)
+
+
+def native_find(index, name, files=True):
+    return _nativeapi.IndexFinder(index, index.descriptor(), files).find(name)
+
+
+class TestKeyedHash:
+    @given(key=st.integers(0, 2**63 - 1), data=st.binary(max_size=100))
+    @SETTINGS
+    def test_is_source_hash(self, key, data):
+        assert _nativeapi.keyed_hash(key, data) == \
+            int.from_bytes(_imp.source_hash(key, data), "little")
+
+
+# Module names: ASCII, other scripts, lone surrogates (which the native
+# lookup declines: Index.lookup encodes them with surrogatepass).
+NAMES = st.text(st.characters(min_codepoint=1), min_size=1, max_size=40)
+
+
+class TestLookup:
+    @given(names=st.lists(NAMES, min_size=1, max_size=30, unique=True),
+           others=st.lists(NAMES, max_size=10), long=st.integers(0, 3000))
+    @SETTINGS
+    def test_same_entry_for_every_name(self, tmp_path, names, others, long):
+        # (long: an origin that makes some entries longer than one read.)
+        ents = [entry(i, n, origin="/x/" + "o" * (long * (i % 2)) + ".py")
+                for i, n in enumerate(names)]
+        index = write_index(tmp_path / "a.img", ents)
+        try:
+            for name in names + others:
+                want = index.lookup(name)
+                got = native_find(index, name)
+                if got is False:
+                    with pytest.raises(UnicodeEncodeError):
+                        name.encode("utf-8")
+                    continue
+                if want is None:
+                    assert got is None
+                else:
+                    assert got is not None and got[0] == want.to_tuple()
+        finally:
+            index.close()
+
+    def test_a_damaged_entry_declines(self, tmp_path):
+        index = write_index(tmp_path / "a.img", [entry(0, "mod")])
+        at = index.header.entries_off + 20
+        index.close()
+        with open(tmp_path / "a.img", "r+b") as f:
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 1]))
+        index = _archive.Index.open(str(tmp_path / "a.img"), check_owner=False)
+        try:
+            assert native_find(index, "mod") is False
+            with pytest.raises(ArchiveFormatError, match="checksum"):
+                index.lookup("mod")
+        finally:
+            index.close()
+
+    def test_a_closed_descriptor_declines(self, tmp_path):
+        index = write_index(tmp_path / "a.img", [entry(0, "mod")])
+        fd = os.dup(index.descriptor())
+        finder = _nativeapi.IndexFinder(index, fd)
+        os.close(fd)
+        try:
+            assert finder.find("mod") is False
+        finally:
+            index.close()
+
+
+@pytest.fixture(scope="module")
+def paths():
+    """Paths of every kind a stat meets, in a directory of their own."""
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "file.py"), "w") as f:
+        f.write("x = 1\n")
+    os.mkdir(os.path.join(d, "dir"))
+    os.mkdir(os.path.join(d, "d\u00e9j\u00e0"))
+    with open(os.path.join(d, "\u00fcber.py"), "w") as f:
+        f.write("")
+    os.symlink("file.py", os.path.join(d, "link"))
+    os.symlink("absent", os.path.join(d, "dangling"))
+    return [os.path.join(d, p) for p in (
+        "file.py", "dir", "d\u00e9j\u00e0", "\u00fcber.py", "link", "dangling",
+        "absent", "file.py/below", "nul\0.py", "surr\udcff.py")] + ["", d]
+
+
+class TestFacts:
+    @given(data=st.data())
+    @SETTINGS
+    def test_same_facts_for_every_path(self, tmp_path, paths, data):
+        pick = st.sampled_from(paths)
+        origin, pyc, d0, d1, pkg = (data.draw(pick) for _ in range(5))
+        stamped = data.draw(st.lists(st.booleans(), min_size=3, max_size=3))
+        steps = (("a", d0, (1, 2, 3, 4) if stamped[0] else None),
+                 ("b", d1, (1, 2, 3, 4) if stamped[1] else None))
+        search = data.draw(st.sampled_from([
+            None, (steps, pkg, (5, 6, 7, 8) if stamped[2] else None), (steps, None, None)]))
+        e = entry(0, "mod", origin=origin, pyc_path=pyc, search=search)
+        index = write_index(tmp_path / "a.img", [e])
+        try:
+            for files in (True, False):
+                got = native_find(index, "mod", files)
+                assert got[0] == e.to_tuple()
+                if search is None:
+                    assert got[1:3] == [(), None]
+                else:
+                    assert got[1] == tuple(_search._stamp(d) if s is not None else None
+                                           for _, d, s in search[0])
+                    assert got[2] == (None if search[2] is None else _search._stamp(pkg))
+                if files:
+                    assert got[3] == _pyc.file_facts(origin)
+                    assert got[4] == (_pyc.file_facts(pyc) if pyc else None)
+                else:
+                    assert got[3:] == [None, None]
+        finally:
+            index.close()
+
+
+def pyc_header(kind, mtime, size, src_hash):
+    if kind == _pyc.PYC_TIMESTAMP:
+        return MAGIC_NUMBER + bytes(4) + (int(mtime) & 0xFFFFFFFF).to_bytes(4, "little") \
+            + (size & 0xFFFFFFFF).to_bytes(4, "little")
+    flags = 3 if kind == _pyc.PYC_CHECKED_HASH else 1
+    return MAGIC_NUMBER + flags.to_bytes(4, "little") + src_hash
+
+
+class TestVerdicts:
+    @given(data=st.data())
+    @SETTINGS
+    def test_check_judges_both_kinds_of_facts_alike(self, tmp_path, data):
+        d = tmp_path / "t"
+        d.mkdir(exist_ok=True)
+        src = d / "m.py"
+        pyc = d / "m.pyc"
+        text = data.draw(st.sampled_from([b"x = 1\n", b"x = 22\n", b""]))
+        src.write_bytes(text)
+        st_src = os.stat(src)
+        src_hash = _pyc.source_hash(text)
+        # The .pyc plain import would read: absent, or a header of some kind,
+        # for this source or another.
+        kind = data.draw(st.sampled_from([0, 1, 2, 3]))
+        if pyc.exists():
+            pyc.unlink()
+        if kind or data.draw(st.booleans()):
+            head_kind = kind or _pyc.PYC_TIMESTAMP
+            good = data.draw(st.booleans())
+            pyc.write_bytes(pyc_header(
+                head_kind, st_src.st_mtime if good else 7, st_src.st_size,
+                src_hash if good else b"\0" * 8) + b"rest")
+        st_pyc = os.stat(pyc) if pyc.exists() else None
+        # What the dump recorded: what is there now, or something else.
+        def now_or(value, other):
+            return value if data.draw(st.booleans()) else other
+        e = entry(
+            0, "m", origin=str(src),
+            pyc_path=now_or(str(pyc), data.draw(st.sampled_from(["", str(d / "o.pyc")]))),
+            mtime_ns=now_or(st_src.st_mtime_ns, st_src.st_mtime_ns + 1),
+            size=now_or(st_src.st_size, st_src.st_size + 1),
+            pyc_kind=kind,
+            pyc_mtime_ns=now_or(st_pyc.st_mtime_ns if st_pyc else 0, 5),
+            pyc_size=now_or(st_pyc.st_size if st_pyc else 0, 6),
+            source_hash=now_or(src_hash, b"\1" * 8),
+            check_hash_pycs=now_or(_imp.check_hash_based_pycs, "never"))
+        mode = data.draw(st.sampled_from(["stat", "hash", "unchecked"]))
+        cached = data.draw(st.sampled_from([None, str(pyc), str(d / "o.pyc")]))
+        index = write_index(tmp_path / "a.img", [e])
+        try:
+            got = native_find(index, "m")
+        finally:
+            index.close()
+        assert _pyc.check(e, mode, cached, got[3:]) == _pyc.check(e, mode, cached)
+
+    @given(data=st.data())
+    @SETTINGS
+    def test_search_replays_alike(self, tmp_path, data):
+        dirs = [tmp_path / "s0", tmp_path / "s1"]
+        for p in dirs:
+            p.mkdir(exist_ok=True)
+        (dirs[1] / "pkg").mkdir(exist_ok=True)
+        (dirs[1] / "pkg" / "__init__.py").write_text("")
+        (dirs[1] / "mod.py").write_text("")
+        name = data.draw(st.sampled_from(["mod", "pkg"]))
+        origin = str(dirs[1] / ("mod.py" if name == "mod" else "pkg/__init__.py"))
+
+        def stamp(p):
+            real = _search._stamp(str(p))
+            return data.draw(st.sampled_from([real, None, (0, 0, 0, 0)]))
+        steps = tuple((str(p), str(p), stamp(p)) for p in dirs)
+        pkg_dir = str(dirs[1] / "pkg") if name == "pkg" else None
+        search = (steps, pkg_dir, stamp(pkg_dir) if pkg_dir else None)
+        e = entry(0, name, origin=origin, search=search)
+        index = write_index(tmp_path / "a.img", [e])
+        try:
+            got = native_find(index, name)
+        finally:
+            index.close()
+        path = [str(p) for p in dirs]
+        with import_state(path=path):
+            before = _search.replayed
+            python = _search.find_spec(name, None, None, origin, search)
+            replayed_py = _search.replayed - before
+            native = _search.find_spec(name, None, None, origin, search, got[1:3])
+            replayed_c = _search.replayed - before - replayed_py
+        assert describe(native) == describe(python)
+        assert replayed_c == replayed_py
+
+
+def test_share_serves_through_the_native_hit_path(tmp_path):
+    # After the first module served (which loads the native module), hits
+    # are found by the native path, and a stale source still falls back.
+    (tmp_path / "late.py").write_text("X = 1\n")
+    code = "import sys; sys.path.insert(0, '.'); import json, late"
+    img = str(tmp_path / "a.img")
+    assert run_python(["-c", code], cwd=tmp_path).rc == 0
+    r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    assert r.rc == 0, r
+    report = ("; import pycds.finder as f; a = f._installed.archive; "
+              "print(a.fast is not None, late.X)")
+    r = run_python(["-c", code + report], cwd=tmp_path, PYCDSMODE="SHARE",
+                   PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.out == "True 1\n", r
+    assert "late" in r.served() and "json.decoder" in r.served(), r
+    (tmp_path / "late.py").write_text("X = 22\n")
+    r = run_python(["-c", code + report], cwd=tmp_path, PYCDSMODE="SHARE",
+                   PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.out == "True 22\n", r
+    assert "late" not in r.served(), r
+    assert "[pycds] fallback late: source changed" in r.fallbacks(), r
+
+
+def test_what_the_program_raises_after_the_native_stats_propagates(tmp_path):
+    # A signal handler's exception is delivered once the native call has
+    # returned, in pycds's Python code: the program's (here a trace
+    # function's, at that point), not a reason to drop the archive.
+    img = str(tmp_path / "a.img")
+    code = "import json, csv"
+    r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    assert r.rc == 0, r
+    prog = """if 1:
+        import sys
+        import json      # served: the native module is loaded
+        def tracer(frame, event, arg):
+            if event == "return" and frame.f_code.co_name == "find" \\
+                    and frame.f_code.co_filename.endswith("_nativeapi.py"):
+                raise TimeoutError("from the trace function")
+            return tracer if event == "call" else None
+        sys.settrace(tracer)
+        try:
+            import csv
+        except TimeoutError as e:
+            print("raised", e)
+        sys.settrace(None)
+        import csv
+        import pycds.finder as f
+        print(f._installed.archive.disabled, csv.QUOTE_ALL)
+    """
+    r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.warnings() == [], r
+    assert r.out == "raised from the trace function\nFalse 1\n", r
