@@ -32,7 +32,7 @@ from _frozen_importlib_external import SourceFileLoader
 
 from . import _archive, _capture, _config, _import_order, _log, _nativeload, _pyc
 from . import _search, _trust, _writer
-from .errors import ArchiveFormatError
+from .errors import ArchiveFormatError, NativeError
 
 __all__ = ["snapshot", "dump_modules", "dump_at_exit"]
 
@@ -149,7 +149,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False):
         # inherit PYCDSMODE=DUMP) each write the archive at exit; each keeps
         # the modules the others wrote, so the last writer loses nothing.
         more = _carry_over(path, session, entries, archive_id, len(heap),
-                           len(relocs) // 4, N)
+                           len(relocs) // 4, writer.nstrings(), N)
         if more[0]:
             entries = entries + more[0]
             heap = b"".join([heap, *more[1]])
@@ -339,11 +339,13 @@ class _directory_lock:
             os.close(self.fd)   # releases the lock
 
 
-def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
+def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, nstrings, N):
     """The modules of the archive at ``path`` that ``entries`` lacks, if it
     was written in this DUMP session by this interpreter build: returns
     ``(entries, heap parts, relocation parts)`` to append, each chunk
-    checked against its old checksum and re-signed for ``archive_id``."""
+    checked against its old checksum, its interned strings numbered after
+    the ``nstrings`` of the archive being written (docs/archive-format.md),
+    and re-signed for ``archive_id``."""
     out = ([], [], [])
     if not session:
         return out
@@ -357,6 +359,7 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
             return out
         have = {e.name for e in entries}
         h = index.header
+        numbers = N.Renumbering(nstrings, h.reloc_count)
         for old in index.entries():
             if old.name in have:
                 continue
@@ -366,6 +369,11 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
             if len(chunk) != old.chunk_len or len(rel) != 4 * old.reloc_count or \
                     old.chunk_len % 8 or \
                     N.hash64(rel, N.hash64(chunk, h.archive_id)) != old.chunk_sum:
+                continue
+            try:
+                chunk = bytearray(chunk)
+                numbers.apply(chunk, rel)
+            except NativeError:
                 continue
             # 8-aligned, as the writer starts every chunk.
             pad = -heap_len % 8
