@@ -35,7 +35,7 @@ __all__ = ["Header", "ModuleEntry", "Index", "layout", "checksum", "name_hash",
            "meta_for_this_interpreter", "interpreter_tag"]
 
 MAGIC = b"PYCDS\x00ar"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 HEADER_SIZE = 256
 EMPTY = 0xFFFFFFFF
 PAGE = 4096

@@ -33,7 +33,7 @@ from _frozen_importlib_external import SourceFileLoader
 from . import _archive, _capture, _config, _import_order, _log, _nativeload, _pyc
 from . import _search, _trust, _writer
 from . import is_hook_module
-from .errors import ArchiveFormatError
+from .errors import ArchiveFormatError, NativeError
 
 __all__ = ["snapshot", "dump_modules", "dump_at_exit", "write_archive"]
 
@@ -183,7 +183,7 @@ def _write(path, copied, session, carry, N):
     heap = writer.heap()
     relocs = writer.relocs()
     more = _carry_over(path, carry, entries, archive_id, len(heap),
-                       len(relocs) // 4, N) if carry else ([], [], [])
+                       len(relocs) // 4, writer.nstrings(), N) if carry else ([], [], [])
     if more[0]:
         entries = entries + more[0]
         heap = b"".join([heap, *more[1]])
@@ -372,12 +372,14 @@ class _directory_lock:
             os.close(self.fd)   # releases the lock
 
 
-def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
+def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, nstrings, N):
     """The modules of the archive at ``path`` that ``entries`` lacks, if it
     was made by this interpreter build and, unless ``session`` is True, in
     the DUMP session ``session``: returns ``(entries, heap parts,
     relocation parts)`` to append, each chunk checked against its old
-    checksum and re-signed for ``archive_id``."""
+    checksum, its interned strings numbered after the ``nstrings`` of the
+    archive being written (docs/archive-format.md), and re-signed for
+    ``archive_id``."""
     out = ([], [], [])
     if not session:
         return out
@@ -391,6 +393,7 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
             return out
         have = {e.name for e in entries}
         h = index.header
+        numbers = N.Renumbering(nstrings, h.reloc_count)
         for old in index.entries():
             if old.name in have:
                 continue
@@ -400,6 +403,11 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, N):
             if len(chunk) != old.chunk_len or len(rel) != 4 * old.reloc_count or \
                     old.chunk_len % 8 or \
                     N.hash64(rel, N.hash64(chunk, h.archive_id)) != old.chunk_sum:
+                continue
+            try:
+                chunk = bytearray(chunk)
+                numbers.apply(chunk, rel)
+            except NativeError:
                 continue
             # 8-aligned, as the writer starts every chunk.
             pad = -heap_len % 8

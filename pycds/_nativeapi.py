@@ -109,6 +109,34 @@ class Writer:
         _check(lib.pycds_writer_relocs(self._w, p, n), "relocs")
         return ffi.buffer(p[0], 4 * n[0]) if n[0] else b""
 
+    def nstrings(self):
+        """How many interned strings the chunks written so far number (their
+        INTERN slots hold numbers below it)."""
+        n = ffi.new("uint32_t *")
+        _check(lib.pycds_writer_nstrings(self._w, n), "nstrings")
+        return n[0]
+
+
+class Renumbering:
+    """Gives the chunks carried over from another archive (pycds.dump) string
+    numbers after ``first`` (those of the archive being written): one number
+    per number of the other archive, whose numbers are below ``bound`` (its
+    relocation count)."""
+
+    def __init__(self, first, bound):
+        self._map = ffi.new("uint32_t[]", max(bound, 1))
+        self._len = bound
+        self._next = ffi.new("uint32_t *", first)
+
+    def apply(self, chunk, relocs):
+        """Renumber the INTERN slots of ``chunk`` (a bytearray, changed in
+        place) as its relocation entries ``relocs`` (bytes) say.  Raises
+        NativeError (E_CORRUPT) for a slot or number out of range."""
+        _check(lib.pycds_strings_renumber(ffi.from_buffer(chunk), len(chunk),
+                                          ffi.from_buffer("uint32_t[]", relocs),
+                                          len(relocs) // 4, self._map, self._len,
+                                          self._next), "renumber")
+
 
 class NativeArchive:
     """A reserved archive heap from which modules are loaded once each."""

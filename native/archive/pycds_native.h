@@ -35,7 +35,10 @@
  * other bits are the slot's byte offset in its module chunk (8-aligned). */
 #define PYCDS_RELOC_INTERNAL 0    /* slot holds a chunk offset */
 #define PYCDS_RELOC_EXTERNAL 1    /* slot holds an offset from the image anchor */
-#define PYCDS_RELOC_INTERN 2      /* INTERNAL, then re-intern the str */
+#define PYCDS_RELOC_INTERN 2      /* slot holds the str's archive-wide number
+                                     << 32 | its chunk offset: INTERNAL, then
+                                     re-intern the str (once per number and
+                                     process) */
 #define PYCDS_RELOC_FROZENSET 3   /* INTERNAL to a tuple, then frozenset(tuple) */
 #define PYCDS_RELOC_SINGLETON 4   /* INTERNAL to a copy of a value the interpreter
                                      shares (3.10: small int, empty or 1-char
@@ -101,6 +104,19 @@ int pycds_writer_add(pycds_writer *w, uintptr_t code, int ran,
  * pycds_writer_add() or pycds_writer_free(). */
 int pycds_writer_heap(pycds_writer *w, const uint8_t **data, size_t *len);
 int pycds_writer_relocs(pycds_writer *w, const uint32_t **data, size_t *count);
+/* How many interned strings the writer has numbered (the numbers of the
+ * INTERN slots of its chunks are below it). */
+int pycds_writer_nstrings(pycds_writer *w, uint32_t *n);
+/* Renumber the INTERN slots of a chunk carried over from another archive
+ * (len bytes, its nrel relocation entries rel): string number k becomes
+ * map[k] - 1, where map (map_len entries, caller-owned, shared by all the
+ * chunks carried from one archive) has a nonzero entry, else the next new
+ * number, *next, which is then recorded in map[k] (as *next + 1) and
+ * *next incremented.  PYCDS_E_CORRUPT for a slot or number out of range
+ * (chunk is then partly renumbered).  No GIL. */
+int pycds_strings_renumber(uint8_t *chunk, size_t len, const uint32_t *rel,
+                           size_t nrel, uint32_t *map, size_t map_len,
+                           uint32_t *next);
 void pycds_writer_free(pycds_writer *w);
 
 /* What pycds_archive_open() needs of an archive's header and meta block

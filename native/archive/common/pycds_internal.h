@@ -26,8 +26,8 @@
 
 /* Slot of pointer p in an open-addressing table of mask + 1 slots (a power
  * of 2): Fibonacci hashing of the address, whose low 3 bits are always 0.
- * The writer's copy memo, the loader's re-interning memo and the set of
- * code objects a load initialises use it. */
+ * The writer's copy memo and the set of code objects a load initialises
+ * use it. */
 static inline size_t
 pycds_addr_hash(const void *p, size_t mask)
 {

@@ -72,6 +72,8 @@ typedef struct {
                             * deep check only (NULL when it is off) */
     uint64_t nrel;
     uint32_t *fix;         /* INTERN and SINGLETON entries, then FROZENSET */
+    uint32_t *num;         /* per entry of the first nstr: an INTERN slot's
+                            * string number (0 for SINGLETON) */
     uint64_t nstr, nset;
     uint64_t nintern;      /* INTERN entries among the nstr */
     int tail_shared;       /* an INTERNAL slot before root_off points at or
@@ -96,6 +98,12 @@ struct pycds_archive {
     int verify;               /* run pycds_verify_chunk() on every load */
     int sync_made;            /* mu and the condition variables exist */
     int release_mode;         /* PYCDS_RELEASE_*: release.c */
+    /* The interpreter's interned string of each archive-wide string number
+     * met so far (a reference of its own), in leaves of PYCDS_STRTAB_LEAF
+     * numbers made on first use; numbers are below reloc_count (each has
+     * an INTERN slot).  Stage 2 only: guarded by the GIL (loader.c). */
+    PyObject ***strtab;
+    size_t strtab_leaves;
 
     pthread_mutex_t mu;
     pthread_cond_t done_cv;   /* a stage-1 run of the read-ahead thread ended */
@@ -136,6 +144,8 @@ struct pycds_archive {
      * block it fills, and one empty block kept for reuse */
     struct pycds_fixblock *fb_cur, *fb_spare;
 };
+
+#define PYCDS_STRTAB_LEAF 2048
 
 /* A buffer for the relocation entries that one thread reuses from chunk to
  * chunk (the read-ahead thread's), mapped apart from malloc: what that

@@ -13,7 +13,8 @@
  * pycds_archive_load() handles one module, once, in two stages
  * (archive.h): stage 1 (relocate.c) runs here or ahead on the read-ahead
  * thread (prefetch.c); stage 2, holding the GIL, on the importing thread:
- *   1. re-intern the strings the dump run had interned, and swap SINGLETON
+ *   1. re-intern the strings the dump run had interned (once per string
+ *      number and process: the archive's string table), and swap SINGLETON
  *      copies for the interpreter's shared instances (layout hooks);
  *   2. build the frozensets from their item tuples (innermost first: entries
  *      are in the order the writer emitted them);
@@ -154,6 +155,12 @@ archive_free(pycds_archive *a)
     free(a->tail_at);
     free(a->tail_live);
     free(a->gb_q);
+    /* Entries hold references only once a module reached stage 2, and an
+     * archive that did is never freed (pycds_archive_close). */
+    for (size_t i = 0; a->strtab != NULL && i < a->strtab_leaves; i++) {
+        free(a->strtab[i]);
+    }
+    free(a->strtab);
     free(a);
 }
 
@@ -284,6 +291,13 @@ pycds_archive_open(int fd, const pycds_archive_header *h, pycds_archive **out)
         rc = read_chunk_table(a, h);
     }
     if (rc == PYCDS_OK) {
+        a->strtab_leaves = (size_t)(a->reloc_count / PYCDS_STRTAB_LEAF) + 1;
+        a->strtab = calloc(a->strtab_leaves, sizeof(PyObject **));
+        if (a->strtab == NULL) {
+            rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the string table");
+        }
+    }
+    if (rc == PYCDS_OK) {
         rc = reserve_heap(a);
     }
     if (rc) {
@@ -294,48 +308,65 @@ pycds_archive_open(int fd, const pycds_archive_header *h, pycds_archive **out)
     return PYCDS_OK;
 }
 
-/* Results of re-interning, by the chunk's string: a name referenced from many
- * slots (co_names of every function, say) is looked up in the interpreter's
- * interned set once per load, not once per slot. */
-typedef struct {
-    PyObject *from, *to;
-} intern_memo;
-
-static int
-intern_cached(intern_memo *memo, size_t mask, PyObject **slot)
+/* Where the interned string of string number n goes in a's table (its
+ * leaf made now if need be), or NULL when out of memory: the string is
+ * then interned without it, which gives the same object.  n is below
+ * a->reloc_count (relocate.c). */
+static PyObject **
+strtab_entry(pycds_archive *a, uint32_t n)
 {
-    if (memo == NULL) {
-        return pycds_layout_intern(slot);
-    }
-    PyObject *from = *slot;
-    size_t i = pycds_addr_hash(from, mask);
-    while (memo[i].from != NULL) {
-        if (memo[i].from == from) {
-            /* Each slot owns a reference, as after pycds_layout_intern(). */
-            Py_INCREF(memo[i].to);
-            *slot = memo[i].to;
-            return PYCDS_OK;
+    PyObject **leaf = a->strtab[n / PYCDS_STRTAB_LEAF];
+    if (leaf == NULL) {
+        leaf = calloc(PYCDS_STRTAB_LEAF, sizeof(PyObject *));
+        if (leaf == NULL) {
+            return NULL;
         }
-        i = (i + 1) & mask;
+        a->strtab[n / PYCDS_STRTAB_LEAF] = leaf;
+    }
+    return &leaf[n % PYCDS_STRTAB_LEAF];
+}
+
+/* Whether strs a and b have the same value (both ready: a chunk's str, an
+ * interned one). */
+static int
+same_str(PyObject *a, PyObject *b)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return n == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b)
+           && memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * (size_t)kind) == 0;
+}
+
+/* Re-intern the str in *slot, string number n: the first time the process
+ * meets n, as unmarshal interns (pycds_layout_intern, which probes the
+ * interpreter's interned dict); after that, the result for n, which is
+ * still the interned string of that value (interned strings the archive
+ * holds references to never leave the interned dict).  The deep check
+ * also checks that the chunk's copy has that value: a writer gives a
+ * number to one value only. */
+static int
+intern_numbered(pycds_archive *a, uint32_t n, PyObject **slot)
+{
+    PyObject **t = strtab_entry(a, n);
+    if (t != NULL && *t != NULL) {
+        if (a->verify && !same_str(*slot, *t)) {
+            return pycds_fail(PYCDS_E_CORRUPT, "string number %u differs between chunks", n);
+        }
+        /* Each slot owns a reference, as after pycds_layout_intern(). */
+        *slot = Py_NewRef(*t);
+        return PYCDS_OK;
     }
     int rc = pycds_layout_intern(slot);
-    if (rc == PYCDS_OK) {
-        memo[i].from = from;
-        memo[i].to = *slot;
+    if (rc == PYCDS_OK && t != NULL && *t == NULL) {
+        *t = Py_NewRef(*slot);        /* the table's own, for good */
     }
     return rc;
 }
 
 /* Stage 2: re-intern, shared instances, frozensets (GIL held). */
 static int
-fixup_objects(const pycds_place *p, const pycds_fixups *f)
+fixup_objects(pycds_archive *a, const pycds_place *p, const pycds_fixups *f)
 {
-    size_t cap = 16;
-    while (cap < 2 * f->nintern) {
-        cap *= 2;
-    }
-    /* Without memory for the memo, intern slot by slot: same result. */
-    intern_memo *memo = f->nintern > 1 ? calloc(cap, sizeof(intern_memo)) : NULL;
     int rc = pycds_layout_intern_reserve(f->nintern);
     /* Strings and shared instances first: a frozenset must be built from
      * the very objects a fresh unmarshal would give it. */
@@ -346,10 +377,9 @@ fixup_objects(const pycds_place *p, const pycds_fixups *f)
             rc = pycds_layout_use_singleton(slot);
         }
         else {
-            rc = intern_cached(memo, cap - 1, slot);
+            rc = intern_numbered(a, f->num[i], slot);
         }
     }
-    free(memo);
     /* One frozenset per item tuple: the compiler shares an equal constant
      * between code objects, and marshal gives every reference to it the
      * same object. */
@@ -385,7 +415,7 @@ chunk_stage2(pycds_archive *a, uint32_t k, pycds_fixups *f, PyObject **root)
         rc = pycds_verify_chunk(&p, f->rel, f->nrel);
     }
     if (rc == PYCDS_OK) {
-        rc = fixup_objects(&p, f);
+        rc = fixup_objects(a, &p, f);
     }
     a->keep_tail[k] = (uint8_t)f->tail_shared;
     pycds_fixups_free(a, f);

@@ -14,7 +14,8 @@
  *   3. apply the relocations, bounds-checking each: INTERNAL/INTERN/FROZENSET
  *      (and DATA, into an object) turn a chunk offset into the address of
  *      its head or tail copy, EXTERNAL adds the image anchor's and must land
- *      inside the interpreter image;
+ *      inside the interpreter image; an INTERN slot's string number (its
+ *      high 32 bits) goes to the fix-up record;
  *   4. list the slots stage 2 must visit, in a fix-up record.
  * Runs on the importing thread (loader.c) or ahead on the read-ahead thread
  * (prefetch.c); touches no Python object outside the chunk.
@@ -50,11 +51,15 @@ pycds_read_full(int fd, void *buf, size_t n, uint64_t off)
     return PYCDS_OK;
 }
 
+/* nstrings bounds the string numbers; num gets one per INTERN and
+ * SINGLETON entry, in table order (fill_fixups lists them so). */
 static int
-apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n)
+apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n,
+                  uint64_t nstrings, uint32_t *num)
 {
     uintptr_t anchor = pycds_image_anchor();
     uint64_t len = p->len;
+    uint64_t si = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t e = rel[i];
         uint64_t slot = e & ~(uint32_t)7u;
@@ -68,6 +73,17 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n)
         uint8_t *at = pycds_place_at(p, slot);
         uint64_t v;
         memcpy(&v, at, sizeof(v));
+        if (kind == PYCDS_RELOC_INTERN) {
+            if (v >> 32 >= nstrings) {
+                return pycds_fail(PYCDS_E_CORRUPT, "string number %llu out of range",
+                                  (unsigned long long)(v >> 32));
+            }
+            num[si++] = (uint32_t)(v >> 32);
+            v &= UINT32_MAX;
+        }
+        else if (kind == PYCDS_RELOC_SINGLETON) {
+            num[si++] = 0;
+        }
         switch (kind) {
         case PYCDS_RELOC_INTERNAL:
         case PYCDS_RELOC_INTERN:
@@ -174,17 +190,22 @@ fill_fixups(const pycds_place *p, const uint32_t *rel, pycds_fixups *f)
     return PYCDS_OK;
 }
 
-/* A fix-up record with room for n list entries: from the read-ahead
- * thread's pool when pooled (prefetch.c), else malloc'd. */
+/* A fix-up record with room for its list (nstr + nset entries) and the
+ * nstr string numbers: from the read-ahead thread's pool when pooled
+ * (prefetch.c), else malloc'd. */
 static pycds_fixups *
-fixups_new(pycds_archive *a, int pooled, uint64_t n)
+fixups_new(pycds_archive *a, int pooled, uint64_t nstr, uint64_t nset)
 {
-    size_t bytes = sizeof(pycds_fixups) + (size_t)n * sizeof(uint32_t);
+    size_t bytes = sizeof(pycds_fixups)
+                   + (size_t)(2 * nstr + nset) * sizeof(uint32_t);
     void *block = NULL;
     pycds_fixups *f = pooled ? pycds_fixpool_alloc(a, bytes, &block) : malloc(bytes);
     if (f != NULL) {
         memset(f, 0, sizeof(*f));
         f->fix = (uint32_t *)(f + 1);
+        f->num = f->fix + nstr + nset;
+        f->nstr = nstr;
+        f->nset = nset;
         f->block = block;
     }
     return f;
@@ -272,23 +293,23 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
             rc = pycds_fail(PYCDS_E_CORRUPT, "module checksum mismatch");
         }
     }
-    if (rc == PYCDS_OK) {
-        rc = apply_relocations(&p, rel, c->reloc_count);
-    }
     pycds_fixups *f = NULL;
     if (rc == PYCDS_OK) {
         uint64_t nstr, nset;
         count_fixups(rel, c->reloc_count, &nstr, &nset);
-        f = fixups_new(a, scratch != NULL, nstr + nset);
+        f = fixups_new(a, scratch != NULL, nstr, nset);
         if (f == NULL) {
             rc = pycds_fail(PYCDS_E_NOMEM, "cannot allocate the fix-up list");
         }
         else {
             f->nrel = c->reloc_count;
-            f->nstr = nstr;
-            f->nset = nset;
-            rc = fill_fixups(&p, rel, f);
         }
+    }
+    if (rc == PYCDS_OK) {
+        rc = apply_relocations(&p, rel, c->reloc_count, a->reloc_count, f->num);
+    }
+    if (rc == PYCDS_OK) {
+        rc = fill_fixups(&p, rel, f);
     }
     if (rc == PYCDS_OK && a->verify) {
         f->rel = own;

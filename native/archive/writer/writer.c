@@ -5,7 +5,8 @@
  * CPython lays them out, with the per-process parts reset (layout.c).  Every
  * pointer slot written into the heap gets a relocation entry:
  *   - to an object copied into the same chunk: INTERNAL (value = chunk offset),
- *     or INTERN for strings the interpreter had interned, or SINGLETON for
+ *     or INTERN for strings the interpreter had interned (value = the
+ *     string's archive-wide number << 32 | chunk offset), or SINGLETON for
  *     values of which the interpreter shares one heap instance (layout.c
  *     says which: 3.10's small ints, 1-char strs, empty singletons);
  *   - to a static object of the interpreter image: EXTERNAL (value = offset
@@ -16,7 +17,12 @@
  *     load pass builds a fresh frozenset (its table depends on str hashes,
  *     which PYTHONHASHSEED changes per process).
  * Objects shared within one module are copied once (a memo by address).
- * Chunks never point into each other, so each loads on its own.
+ * Chunks never point into each other, so each loads on its own.  Each
+ * distinct interned string gets a number, the same in every chunk that
+ * holds a copy (the first is 0, in the order strings are first copied), so
+ * that a process interns it once, at the first chunk it loads that holds
+ * it, and every later slot of that number takes the result from a table
+ * (loader.c) without probing the interpreter's interned dict.
  *
  * Order inside a chunk (what lets the loader give memory back once the
  * module body has run, release.c):
@@ -79,7 +85,9 @@ struct pycds_writer {
     pycds_table memo;          /* copies of this chunk: object -> heap offset */
     pending_slot *pending;    /* slots whose target is copied at the chunk's end */
     size_t npending, pcap;
-    pycds_table seen;          /* interned strs earlier chunks hold (owned refs) */
+    pycds_table seen;          /* interned strs the chunks hold (owned refs)
+                                * -> their archive-wide numbers */
+    uint32_t nstrings;        /* numbers given so far */
     uint64_t tail_start;      /* heap offset where the chunk's tail starts */
     PyObject *keepalive;      /* proxies whose addresses must not be reused */
     int ran;                  /* the root is the code the import ran */
@@ -165,8 +173,8 @@ memo_get(pycds_writer *w, PyObject *key, uint64_t *off)
 }
 
 /* A str interned in the dump process is the one object of its value, so
- * the set of those earlier chunks hold is by address; it holds a
- * reference, so no address is reused. */
+ * the set of those the chunks hold is by address (and its number is the
+ * value's); it holds a reference, so no address is reused. */
 static int
 seen_has(pycds_writer *w, PyObject *s)
 {
@@ -174,15 +182,43 @@ seen_has(pycds_writer *w, PyObject *s)
     return pycds_table_get(&w->seen, s, &unused);
 }
 
-/* Add s, which the set lacks. */
+/* Add s, which the set lacks, under the next number. */
 static int
 seen_add(pycds_writer *w, PyObject *s)
 {
-    int rc = pycds_table_put(&w->seen, s, 0);
+    if (w->nstrings == UINT32_MAX) {
+        return pycds_fail(PYCDS_E_TOOBIG, "more than 2^32 - 1 interned strings");
+    }
+    int rc = pycds_table_put(&w->seen, s, w->nstrings);
     if (rc == PYCDS_OK) {
+        w->nstrings++;
         Py_INCREF(s);
     }
     return rc;
+}
+
+/* Forget the strings numbered from `first` on (a chunk that failed: its
+ * strings are not in the archive, and later chunks must not leave them to
+ * their tails as held by an earlier one, nor skip their numbers). */
+static void
+seen_rollback(pycds_writer *w, uint32_t first)
+{
+    if (w->nstrings == first) {
+        return;
+    }
+    pycds_table old = w->seen;
+    w->seen = (pycds_table){NULL, 0, 0};
+    for (size_t i = 0; i < old.cap; i++) {
+        PyObject *s = old.slots[i].key;
+        /* Out of memory, a string kept is dropped too: a later chunk then
+         * copies it anew under a new number, which is as correct. */
+        if (s != NULL && (old.slots[i].value >= first
+                          || pycds_table_put(&w->seen, s, old.slots[i].value))) {
+            Py_DECREF(s);
+        }
+    }
+    free(old.slots);
+    w->nstrings = first;
 }
 
 /* ---- the copy --------------------------------------------------------- */
@@ -384,7 +420,12 @@ flush_pending(pycds_writer *w, int only_new)
                 return rc;
             }
         }
-        store_slot(w, p.slot, off - w->chunk_start);
+        uint64_t number;
+        if (!pycds_table_get(&w->seen, p.key, &number)) {
+            /* Every interned string is copied by copy_interned(). */
+            return pycds_fail(PYCDS_E_ARG, "interned string copied without a number");
+        }
+        store_slot(w, p.slot, number << 32 | (off - w->chunk_start));
         w->pending[i].done = 1;
     }
     return PYCDS_OK;
@@ -662,6 +703,7 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, int ran,
     w->ran = ran != 0;
     size_t saved_len = w->len, saved_nrelocs = w->nrelocs;
     uint64_t saved_nobjects = w->nobjects;
+    uint32_t saved_nstrings = w->nstrings;
 
     if (!PyCode_Check(co)) {
         rc = pycds_fail(PYCDS_E_ARG, "root object is a %.100s, not code",
@@ -714,6 +756,7 @@ done:
         w->len = saved_len;
         w->nrelocs = saved_nrelocs;
         w->nobjects = saved_nobjects;
+        seen_rollback(w, saved_nstrings);
     }
     pycds_table_clear(&w->memo);
     w->npending = 0;
@@ -745,6 +788,51 @@ pycds_writer_relocs(pycds_writer *w, const uint32_t **data, size_t *count)
     }
     *data = w->relocs;
     *count = w->nrelocs;
+    return PYCDS_OK;
+}
+
+int
+pycds_writer_nstrings(pycds_writer *w, uint32_t *n)
+{
+    if (w == NULL || n == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "bad writer arguments");
+    }
+    *n = w->nstrings;
+    return PYCDS_OK;
+}
+
+int
+pycds_strings_renumber(uint8_t *chunk, size_t len, const uint32_t *rel,
+                       size_t nrel, uint32_t *map, size_t map_len,
+                       uint32_t *next)
+{
+    if (chunk == NULL || rel == NULL || map == NULL || next == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "bad renumber arguments");
+    }
+    for (size_t i = 0; i < nrel; i++) {
+        if ((rel[i] & 7u) != PYCDS_RELOC_INTERN) {
+            continue;
+        }
+        size_t slot = rel[i] & ~(uint32_t)7u;
+        uint64_t v;
+        if (slot > len || len - slot < sizeof(v)) {
+            return pycds_fail(PYCDS_E_CORRUPT, "INTERN slot %zu outside chunk", slot);
+        }
+        memcpy(&v, chunk + slot, sizeof(v));
+        uint64_t old = v >> 32;
+        if (old >= map_len) {
+            return pycds_fail(PYCDS_E_CORRUPT, "string number %llu out of range",
+                              (unsigned long long)old);
+        }
+        if (map[old] == 0) {
+            if (*next == UINT32_MAX) {
+                return pycds_fail(PYCDS_E_TOOBIG, "more than 2^32 - 1 interned strings");
+            }
+            map[old] = ++*next;       /* the new number, plus one */
+        }
+        v = (uint64_t)(map[old] - 1) << 32 | (v & UINT32_MAX);
+        memcpy(chunk + slot, &v, sizeof(v));
+    }
     return PYCDS_OK;
 }
 
