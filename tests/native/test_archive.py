@@ -624,10 +624,10 @@ class TestStringTable:
             assert "tab_only_in_a" in arch.load(index.lookup("b")).co_names
 
     def test_chunks_carried_over_are_numbered_after_the_new_ones(self, tmp_path):
-        # pycds.dump._carry_over: a chunk of an earlier archive of the session
+        # pycds._dumper._carry_over: a chunk of an earlier archive of the session
         # keeps one number per string of that archive, above those of the
         # archive being written.
-        from pycds import dump
+        from pycds import _dumper
         old = N.Writer(7)
         entries = []
         for k, (name, src) in enumerate((("a", SHARED_A), ("b", SHARED_B))):
@@ -645,7 +645,7 @@ class TestStringTable:
         new = N.Writer(9)
         new.add(compile("tab_new_only = 1\n", "/v/c.py", "exec"))
         first = new.nstrings()
-        got, chunks, rels = dump._carry_over(path, "s-1", [], 9, len(new.heap()),
+        got, chunks, rels = _dumper._carry_over(path, "s-1", [], 9, len(new.heap()),
                                              len(new.relocs()) // 4, first, N)
         assert [e.name for e in got] == ["a", "b"]
         numbers = {}
