@@ -53,6 +53,7 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "flask>=2", "boto3>=1.26",
                  "xxhash>=3"],   # the reference XXH64 for native/archive/common/hash.c
+        "demo": ["flask>=2"],   # examples/service.py (numpy, safetensors: required above)
         "examples": ["flask>=2", "boto3>=1.26"],
     },
     cmdclass={"build_py": BuildWithPTH},

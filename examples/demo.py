@@ -1,101 +1,142 @@
-"""The pycds demo: accelerate the import of a real program, side by side.
+"""The pycds demo: an inference service's start-up, plain and from an archive.
 
     python examples/demo.py [--runs N] [--keep DIR]
 
-1. runs ``examples/bf16_infer.py`` (BF16 digit classification with
-   ``pycds.bf16``) plainly, then under ``PYCDSMODE=DUMP`` to record an archive
-   of every module it imports from source (numpy's included);
-2. runs it under ``PYCDSMODE=SHARE`` and checks that the predictions are
-   identical and that the modules came from the archive;
-3. measures, interleaving baseline and pycds runs in fresh interpreters, the
-   in-process import time of ``pycds.bf16`` (with numpy and what it pulls in)
-   and the whole-process wall time, and prints medians and ratios.
+1. writes the model's weights for ``examples/service.py`` (a Flask service
+   that loads BF16 weights with safetensors, builds a ``pycds.bf16`` model
+   and answers one request through Flask's test client), runs it plainly,
+   then under ``PYCDSMODE=DUMP`` to record an archive of every module it
+   imports from source (Flask's, numpy's, safetensors', pycds.bf16's, ...);
+2. runs it under ``PYCDSMODE=SHARE`` and checks that its output is identical
+   and that its modules came from the archive;
+3. times fresh interpreters, baseline and pycds runs side by side: the whole
+   process of the service, and the in-process import of its modules; prints
+   the medians and the medians of the per-run ratios pycds/baseline, and
+   checks the output of every timed run.
 
-Exit status 0 if the accelerated output is identical, 1 otherwise.
+Child processes run without PYTHONDONTWRITEBYTECODE, so that the baseline
+has the ``.pyc`` files a normal installation has.  Exit status 0 if every
+pycds run printed what the plain run printed, 1 otherwise.
 """
 
 import argparse
 import os
-import statistics
-import subprocess
+import shutil
 import sys
 import tempfile
-import time
+
+from pycds._bench import interleave, median, ratio, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROGRAM = os.path.join(HERE, "bf16_infer.py")
-IMPORT_TIMER = ("import time; t0 = time.perf_counter(); "
-                "import pycds.bf16, pycds.bf16.models; "
-                "print((time.perf_counter() - t0) * 1e3)")
+PROGRAM = os.path.join(HERE, "service.py")
+# Imports service.py's modules (not those the request imports lazily), with
+# HERE in place of the working directory on sys.path.
+IMPORT_TIMER = (f"import sys, time; sys.path[0] = {HERE!r}; t0 = time.perf_counter(); "
+                "import service; print((time.perf_counter() - t0) * 1e3)")
+SHOWN = ("flask", "numpy", "safetensors", "pycds.bf16")  # served: yes/no
+
+
+class Variant:
+    def __init__(self, name, **extra):
+        self.name = name
+        self.env = env(**extra)
 
 
 def env(**extra):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("PYCDS")}
+    # The user's environment without PYCDS* and PYTHONDONTWRITEBYTECODE.
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("PYCDS") and k != "PYTHONDONTWRITEBYTECODE"}
     e.update(extra)
     return e
 
 
-def run(args, **extra):
-    return subprocess.run([sys.executable, *args], env=env(**extra),
-                          capture_output=True, text=True, cwd=HERE)
+def python(args, variant_env):
+    """Run this Python on `args`: (wall ms, stdout, stderr, exit status)."""
+    wall, _, out, err, rc = run([sys.executable, *args], variant_env)
+    return wall * 1e3, out, err, rc
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=15, help="timed runs per variant (default 15)")
-    ap.add_argument("--keep", help="directory to keep the archive in")
+    ap.add_argument("--keep", help="directory to keep the weights and the archive in")
     opts = ap.parse_args(argv)
 
     workdir = opts.keep or tempfile.mkdtemp(prefix="pycds-demo-")
     os.makedirs(workdir, exist_ok=True)
-    archive = os.path.join(workdir, "bf16_infer.img")
-    share = {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": archive}
+    try:
+        return demo(opts.runs, workdir)
+    finally:
+        if not opts.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"pycds demo on {sys.version.split()[0]}: {os.path.relpath(PROGRAM)}")
-    plain = run([PROGRAM])
-    if plain.returncode != 0:
-        print(plain.stderr, file=sys.stderr)
-        return 1
-    t0 = time.perf_counter()
-    dump = run([PROGRAM], PYCDSMODE="DUMP", PYCDSARCHIVE=archive, PYCDSVERBOSE="1")
-    dump_s = time.perf_counter() - t0
+
+def demo(runs, workdir):
+    weights = os.path.join(workdir, "lenet_digits_u16.safetensors")
+    archive = os.path.join(workdir, "service.img")
+    service = [PROGRAM, weights]
+    baseline = Variant("baseline")
+    pycds = Variant("pycds", PYCDSMODE="SHARE", PYCDSARCHIVE=archive)
+
+    print(f"pycds demo on Python {sys.version.split()[0]}: {os.path.relpath(PROGRAM)}, "
+          "a Flask + numpy + safetensors + pycds.bf16 service starting up")
+    if "PYTHONDONTWRITEBYTECODE" in os.environ:
+        print("   (PYTHONDONTWRITEBYTECODE is set: not for the demo's runs, so that the "
+              "baseline has its .pyc files)")
+    steps = [("write the weights", [PROGRAM, "--write-weights", weights], baseline.env),
+             ("plain run", service, baseline.env)]
+    for what, args, e in steps:
+        _, out, err, rc = python(args, e)
+        if rc != 0:
+            print(f"{what} failed (exit {rc}):\n{err}", file=sys.stderr)
+            return 1
+    plain_out = out
+
+    dump_ms, _, err, rc = python(service, env(PYCDSMODE="DUMP", PYCDSARCHIVE=archive))
     size = os.path.getsize(archive) if os.path.exists(archive) else 0
-    print(f"1. dump run: exit {dump.returncode}, archive {archive} "
-          f"({size / 2**20:.1f} MiB), {dump_s:.2f} s")
-    shared = run([PROGRAM], PYCDSVERBOSE="1", **share)
-    served = [l.split()[-1] for l in shared.stderr.splitlines()
-              if l.startswith("[pycds] served ")]
-    same = shared.returncode == plain.returncode and shared.stdout == plain.stdout
-    print(f"2. share run: exit {shared.returncode}, {len(served)} modules served from "
-          f"the archive (pycds.bf16: {'yes' if 'pycds.bf16' in served else 'NO'}, "
-          f"numpy: {'yes' if 'numpy' in served else 'NO'})")
-    print("   " + next(l for l in plain.stdout.splitlines() if l.startswith("accuracy")))
-    print(f"   predictions identical to the plain run: {'yes' if same else 'NO'}")
-    for line in shared.stderr.splitlines():
+    print(f"1. dump run: exit {rc}, archive {archive} ({size / 2**20:.1f} MiB), "
+          f"{dump_ms / 1e3:.2f} s")
+    if rc != 0 or not size:
+        print(f"the dump run wrote no archive:\n{err}", file=sys.stderr)
+        return 1
+    _, out, err, rc = python(service, dict(pycds.env, PYCDSVERBOSE="1"))
+    served = {line.split()[2] for line in err.splitlines() if line.startswith("[pycds] served ")}
+    same = rc == 0 and out == plain_out
+    print(f"2. share run: exit {rc}, {len(served)} modules served from the archive ("
+          + ", ".join(f"{m}: {'yes' if m in served else 'NO'}" for m in SHOWN) + ")")
+    for line in plain_out.splitlines():
+        print("   | " + line)
+    print(f"   output identical to the plain run: {'yes' if same else 'NO'}")
+    for line in err.splitlines():
         if line.startswith("[pycds] warning"):
             print("   " + line)
 
-    print(f"3. timing, {opts.runs} interleaved runs each (fresh interpreters):")
-    imp = {"baseline": [], "pycds": []}
-    wall = {"baseline": [], "pycds": []}
-    for _ in range(opts.runs):
-        for name, extra in (("baseline", {}), ("pycds", share)):
-            r = run(["-c", IMPORT_TIMER], **extra)
-            imp[name].append(float(r.stdout.strip().splitlines()[-1]))
-            t0 = time.perf_counter()
-            run([PROGRAM], **extra)
-            wall[name].append((time.perf_counter() - t0) * 1e3)
-    print(f"   {'':38} {'baseline':>10} {'pycds':>10} {'ratio':>7}")
-    for label, data in (("import pycds.bf16 (in-process, ms)", imp),
-                        ("bf16_infer.py whole process (ms)", wall)):
-        b = statistics.median(data["baseline"])
-        p = statistics.median(data["pycds"])
-        print(f"   {label:38} {b:10.1f} {p:10.1f} {p / b:7.2f}x")
-    if not opts.keep:
-        for f in os.listdir(workdir):
-            os.unlink(os.path.join(workdir, f))
-        os.rmdir(workdir)
-    return 0 if same else 1
+    load = os.getloadavg()[0]
+    print(f"3. timing, {runs} runs of each side by side (fresh interpreters; load average "
+          f"{load:.1f} on {os.cpu_count()} CPUs: other processes slow both sides)")
+    differ = []
+
+    def once(v):
+        wall, out, err, rc = python(service, v.env)
+        if rc != 0 or out != plain_out:
+            differ.append((v.name, rc, err))
+        _, out, err, rc = python(["-c", IMPORT_TIMER], v.env)
+        if rc != 0:
+            differ.append((v.name + " import", rc, err))
+            return wall, float("nan")
+        return wall, float(out.split()[-1])
+
+    t = interleave([baseline, pycds], runs, once)
+    print(f"   {'':34} {'baseline':>9} {'pycds':>9} {'pycds/baseline':>15}")
+    for i, label in enumerate(("whole process (ms)", "import of its modules (ms)")):
+        b = [x[i] for x in t["baseline"]]
+        p = [x[i] for x in t["pycds"]]
+        print(f"   {label:34} {median(b):9.1f} {median(p):9.1f} {ratio(p, b):14.2f}x")
+    print("   (medians; the ratio is the median of the per-run ratios)")
+    for name, rc, err in differ[:3]:
+        print(f"   a timed {name} run failed or printed what the plain run did not: "
+              f"exit {rc}\n{err}")
+    return 0 if same and served and not differ else 1
 
 
 if __name__ == "__main__":
