@@ -16,6 +16,9 @@ from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# What the pycds.bf16 companion needs (pip install "pycds[bf16]").
+BF16 = ["numpy>=1.24", "ml_dtypes>=0.3", "safetensors>=0.4"]
+
 
 def package_version():
     """``__version__`` of pycds/__init__.py, read as text (not importable yet)."""
@@ -49,12 +52,14 @@ setup(
         "native/archive/build.py:ffibuilder",
         "native/bf16/build.py:ffibuilder",
     ],
-    install_requires=["cffi>=1.16", "numpy>=1.24", "ml_dtypes>=0.3", "safetensors>=0.4"],
+    # The import hook needs only cffi; the pycds.bf16 companion is an extra.
+    install_requires=["cffi>=1.16"],
     extras_require={
+        "bf16": BF16,
         "test": ["pytest>=7", "hypothesis>=6", "flask>=2", "boto3>=1.26",
-                 "xxhash>=3"],   # the reference XXH64 for native/archive/common/hash.c
-        "demo": ["flask>=2"],   # examples/service.py (numpy, safetensors: required above)
-        "examples": ["flask>=2", "boto3>=1.26"],
+                 "xxhash>=3"] + BF16,   # xxhash: the reference XXH64 for hash.c
+        "demo": ["flask>=2"] + BF16,    # examples/service.py
+        "examples": ["flask>=2", "boto3>=1.26"] + BF16,
     },
     cmdclass={"build_py": BuildWithPTH},
     zip_safe=False,

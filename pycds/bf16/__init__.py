@@ -32,6 +32,13 @@ BF16 values are stored as ``np.uint16`` bit patterns (or viewed as
 products accumulate in fp32, and everything else is fp32.
 """
 
+try:
+    import numpy  # noqa: F401  (the companion's own dependency, not pycds's)
+except ImportError as e:
+    raise ImportError("pycds.bf16 needs numpy, ml_dtypes and safetensors, which plain "
+                      "pycds does not install: pip install 'pycds[bf16]'",
+                      name=e.name) from e
+
 from pycds.bf16.convert import to_bf16, to_float32
 from pycds.bf16.gemm import PackedB, kernel_name, pack, sbgemm
 from pycds.bf16.im2col import col2im, conv_output_size, im2col
