@@ -139,21 +139,25 @@ def stats():
 def dump(archive=None, modules=None):
     """Write an archive of the modules imported so far, after importing the
     module names in ``modules`` (an iterable of str; None: none), to
-    ``archive`` (a path; None: ``$PYCDSARCHIVE``, else this program's
-    default archive, as DUMP would write).
+    ``archive`` (a str, bytes or os.PathLike path; None: ``$PYCDSARCHIVE``,
+    else this program's default archive, as DUMP would write).
 
     What is archived and how is what a DUMP run writes at exit
     (pycds._dumper); the file is replaced atomically.  Returns the number of
     modules archived.  Raises OSError if the archive cannot be written,
-    ValueError if no archive path is known, TypeError if ``modules`` holds
-    a name that is not a str.  Names that fail to import are reported on
+    ValueError if no archive path is known, TypeError if ``modules`` is a
+    str or holds a name that is not a str.  Names that fail to import are reported on
     stderr and skipped.
 
     The code objects of the modules it imports are kept as they run
     (pycds._capture: an audit hook, which stays in the process, idle, once
     this returns), so that most need not be read again.
     """
+    import os
+    if isinstance(modules, (str, bytes)):
+        raise TypeError("modules is an iterable of module names, not one name")
     names = [] if modules is None else list(modules)
+    archive = os.fsdecode(archive) if archive is not None else None
     for name in names:
         if type(name) is not str:
             raise TypeError(f"module names are str, not {type(name).__name__}: {name!r}")

@@ -369,7 +369,15 @@ class _directory_lock:
 
     def __exit__(self, *exc):
         if self.fd >= 0:
-            os.close(self.fd)   # releases the lock
+            # Unlocked first: a process forked meanwhile (by the program,
+            # while the settle watcher writes) shares this descriptor's
+            # lock, which close() alone would leave held until it exits.
+            import fcntl
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            os.close(self.fd)
 
 
 def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, nstrings, N):

@@ -81,7 +81,7 @@ class _Run:
         self.warned = False
         # The first AUTO process of a process tree says what the tree
         # cannot write; the processes it starts inherit the mark.
-        self.tree_root = not os.environ.get(TREE_VAR)
+        self.tree_root = 0 if os.environ.get(TREE_VAR) else os.getpid()
         os.environ[TREE_VAR] = "1"
 
     def at_exit(self):
@@ -103,15 +103,26 @@ class _Run:
                 from . import _capture
                 _capture.stop()
 
+    def is_tree_root(self):
+        # (A child forked by the program inherits the mark, not the role.)
+        return self.tree_root == os.getpid()
+
     def write(self):
         """Write what the archive lacks, if a write is due (at exit, or
-        once imports have settled: pycds._settle).  Never raises."""
+        once imports have settled: pycds._settle).  Never raises; a
+        failure is one warning from the process tree's first process (the
+        others say it at PYCDSVERBOSE=1)."""
         try:
             self.write_if_due()
         except BaseException as e:
             from . import _log
-            _log.warning(f"AUTO: no archive was written to {self.cfg.archive}: "
-                         f"{str(e) or type(e).__name__}")
+            msg = (f"AUTO: no archive was written to {self.cfg.archive}: "
+                   f"{str(e) or type(e).__name__}")
+            if self.is_tree_root() and not self.warned:
+                self.warned = True
+                _log.warning(msg)
+            elif self.cfg.verbose:
+                _log.verbose(msg, 1)
 
     def todo(self):
         """``(pairs, stale)``: the archivable modules of this run the archive
@@ -171,7 +182,7 @@ class _Run:
                 return
         why = _unwritable(path)
         if why:
-            if self.tree_root and not self.warned:
+            if self.is_tree_root() and not self.warned:
                 self.warned = True
                 from . import _log
                 _log.warning(f"AUTO cannot write {path} ({why}): modules it lacks "

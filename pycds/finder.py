@@ -635,7 +635,7 @@ def install(config):
     global _tree_root
     session = os.environ.get(SHARE_SESSION_VAR)
     if not session:
-        _tree_root = True
+        _tree_root = os.getpid()
         session = os.environ[SHARE_SESSION_VAR] = _archive.interpreter_tag()
     auto = config.mode == MODE_AUTO
     try:
@@ -681,14 +681,14 @@ def install(config):
 
 # Why install() could not use the archive ("" when it could).
 open_failure = ""
-# Whether this process began its process tree's SHARE session (the one
-# that reports a stale archive, once for the tree).
-_tree_root = False
+# The pid of this process if it began its process tree's SHARE session (the
+# one that reports a stale archive, once for the tree; not a forked child).
+_tree_root = 0
 
 
 def _report_stale():
     # The SHARE run's exit: one line when much of the archive was stale.
-    if stale and _tree_root and _installed is not None:
+    if stale and _tree_root == os.getpid() and _installed is not None:
         from . import _stale
         _stale.report(len(stale), _counters["served"], _counters["archive"])
 

@@ -325,3 +325,57 @@ def test_the_watcher_is_not_a_thread_the_program_sees(tmp_path):
                          PYCDSARCHIVE=str(tmp_path / f"{mode}.img"), PYCDSSETTLE="0.2")
         assert run.out == plain.out == "1 ['MainThread']\n", run
         assert "alpha" in archived(tmp_path / f"{mode}.img")
+
+
+def test_a_child_forked_while_the_lock_is_held_does_not_keep_it(tmp_path):
+    # The settle watcher writes while the program forks: the child shares
+    # the lock's descriptor, and close() alone left the lock held until the
+    # child exited (the next writer waited LOCK_WAIT_S, then gave up).
+    import fcntl
+    from pycds import _dumper
+    path = str(tmp_path / "a.img")
+    with _dumper._directory_lock(path):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(3)
+            os._exit(0)
+    try:
+        fd = os.open(str(tmp_path), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # free at once
+        finally:
+            os.close(fd)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def test_a_forked_child_does_not_repeat_the_stale_line(tmp_path):
+    mods = {f"s{i}": i for i in range(6)}
+    app = make_app(tmp_path, mods)
+    (app / "main.py").write_text(
+        "import os, sys, json, " + ", ".join(mods) + "\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print('done')\n")
+    archive = tmp_path / "a.img"
+    run_python([str(app / "main.py")], cwd=str(app), PYCDSMODE="DUMP", PYCDSARCHIVE=str(archive))
+    for name in mods:
+        write_module(app / f"{name}.py", "VALUE = 'new'\n", age=60)
+    r = run_python([str(app / "main.py")], cwd=str(app), PYCDSMODE="SHARE",
+                   PYCDSARCHIVE=str(archive))
+    assert r.out == "done\n" and len(r.warnings()) == 1, r
+    assert "were stale" in r.warnings()[0], r
+
+
+def test_dump_takes_path_like_archives_and_refuses_a_str_of_modules(tmp_path):
+    (tmp_path / "m.py").write_text("X = 1\n")
+    img = tmp_path / "p.img"
+    r = run_python(["-c", "import pathlib, pycds, m\n"
+                    f"print(pycds.dump(pathlib.Path({str(img)!r})) > 0)"], cwd=str(tmp_path))
+    assert r.out == "True\n" and "m" in archived(img), r
+    r = run_python(["-c", "import pycds; pycds.dump('x.img', 'json')"], cwd=str(tmp_path))
+    assert "TypeError: modules is an iterable of module names" in r.err, r
+    assert not (tmp_path / "x.img").exists()
