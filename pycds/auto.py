@@ -124,21 +124,26 @@ class _Run:
             elif self.cfg.verbose:
                 _log.verbose(msg, 1)
 
+    def no_archive(self):
+        # No usable archive at start-up, or one found damaged during the
+        # run (dropped for all of it): every module is written.
+        return self.installed is None or self.installed.archive.disabled
+
     def todo(self):
-        """``(pairs, stale)``: the archivable modules of this run the archive
-        did not fit, and whether any of them is stale."""
+        """``(triples, stale)``: the ``(name, module, spec)`` of the
+        archivable modules of this run the archive did not fit (specs read
+        as pycds._dumper.collect reads them), and whether any is stale."""
         from . import _dumper
         out = []
         stale = False
-        # (An archive found damaged during the run is dropped for all of it.)
-        fresh = self.installed is None or self.installed.archive.disabled
+        fresh = self.no_archive()
         for name, module, spec in _dumper.collect(_dumper.snapshot()):
             if name in self.preloaded:
                 continue
             if fresh or name in finder.missed:
-                out.append((name, module))
+                out.append((name, module, spec))
             elif name in finder.stale:
-                out.append((name, module))
+                out.append((name, module, spec))
                 stale = True
         return out, stale or fresh
 
@@ -146,7 +151,7 @@ class _Run:
         """Whether the run imported a ``.py`` module the archive lacked or
         held stale: a cheap look before :meth:`todo` (which imports the
         writer's modules) in the usual case, where nothing is."""
-        if self.installed is None or self.installed.archive.disabled:
+        if self.no_archive():
             return True
         modules = sys.modules
         for name in finder.missed | finder.stale:
@@ -164,8 +169,8 @@ class _Run:
     def write_if_due(self):
         if not self.unfit():
             return
-        pairs, replaces = self.todo()
-        if not pairs:
+        todo, replaces = self.todo()
+        if not todo:
             return
         path = self.cfg.archive
         if not replaces and not self.wrote:
@@ -177,7 +182,7 @@ class _Run:
             if age < wait:
                 if self.cfg.verbose:
                     from . import _log
-                    _log.verbose(f"AUTO: {len(pairs)} modules not in {path}; "
+                    _log.verbose(f"AUTO: {len(todo)} modules not in {path}; "
                                  f"not rewritten before it is {wait:.0f} s old", 1)
                 return
         why = _unwritable(path)
@@ -193,8 +198,8 @@ class _Run:
         bump = not self.wrote
         self.wrote = True
         n, _ = _dumper.dump_modules(
-            pairs, path, self.cfg.verbose,
-            refresh=lambda p: _refresh(p, pairs, replaces, self.cfg.check, bump))
+            [], path, self.cfg.verbose,
+            refresh=lambda p: _refresh(p, todo, replaces, self.cfg.check, bump))
         if self.cfg.verbose:
             ms = (time.perf_counter() - t0) * 1e3
             from . import _log
@@ -202,24 +207,24 @@ class _Run:
                          if n else f"AUTO: {path} already holds what this run lacked", 1)
 
 
-def _refresh(path, pairs, replaces, check, bump=True):
+def _refresh(path, todo, replaces, check, bump=True):
     """What to write into the archive now at ``path`` (pycds._dumper's
-    ``refresh``, under the directory lock): the modules of ``pairs`` it
-    still lacks or holds stale, and the rewrite count; None when another
-    process has written them since this one started."""
+    ``refresh``, under the directory lock): the ``(name, module)`` pairs of
+    the modules of ``todo`` (:meth:`_Run.todo`) it still lacks or holds
+    stale, and the rewrite count; None when another process has written
+    them since this one started."""
     from . import _archive, _pyc
     from .errors import ArchiveFormatError
     try:
         index = _archive.Index.open(path)
     except ArchiveFormatError:
-        return pairs, {"auto_adds": 0}
+        return [(name, module) for name, module, _ in todo], {"auto_adds": 0}
     try:
         left = []
         stale = False
-        for name, module in pairs:
+        for name, module, spec in todo:
             entry = index.lookup(name)
-            spec = getattr(module, "__spec__", None)
-            if entry is None or spec is None:
+            if entry is None:
                 left.append((name, module))
             elif entry.origin != spec.origin or \
                     _pyc.check(entry, check, spec.cached)[0] is not None:
