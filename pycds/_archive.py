@@ -259,6 +259,30 @@ class ModuleEntry:
     def to_tuple(self):
         return tuple(getattr(self, name) for name in self.__slots__)
 
+    def moved_to(self, origin, cached, is_package):
+        """This entry as if dumped at ``origin``, the source plain import
+        finds now (``cached``: its spec's ``.pyc`` path), when the archived
+        file's tree has moved there: the same path below the search-path
+        entry that holds the top-level package (``pkg/sub/mod.py``,
+        ``pkg/__init__.py``, ``mod.py``) and the same kind (package or
+        module).  None otherwise.  What the files say is for
+        :func:`pycds._pyc.check` to judge, at the new place."""
+        if type(origin) is not str or bool(is_package) != bool(self.is_package):
+            return None
+        depth = self.name.count(".") + 1 + bool(self.is_package)
+        old = self.origin.rsplit("/", depth)
+        new = origin.rsplit("/", depth)
+        if len(new) != depth + 1 or len(old) != depth + 1 or new[1:] != old[1:] \
+                or not new[0]:
+            return None
+        moved = ModuleEntry(*self.to_tuple())
+        moved.origin = origin
+        # The .pyc plain import reads at the new place stands for the dumped
+        # one (under sys.pycache_prefix too: its own path there).
+        moved.pyc_path = (cached or "") if self.pyc_path else ""
+        moved.search = None
+        return moved
+
 
 class Index:
     """Read side of an archive: header checked, lookups by module name.

@@ -186,7 +186,7 @@ def check(entry, mode, cached=None, facts=None):
     """``(reason, st)``: why plain import would not run the archived code of
     ``entry`` (a :class:`pycds._archive.ModuleEntry`) now, None where it
     would, and the source's :func:`file_facts` (None where not taken).
-    ``mode``: the PYCDSCHECK value (``"stat"``, ``"hash"``,
+    ``mode``: the PYCDSCHECK value (``"mtime"``, ``"hash"``,
     ``"unchecked"``).  ``cached``: the ``.pyc`` path plain import would read
     now (the spec's), if known.  ``facts``: the :func:`file_facts` of
     ``entry.origin`` and of ``entry.pyc_path`` (None where that is empty),

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
+from _imp import _fix_co_filename
 
 from . import _archive, _pyc
 from ._config import MODE_AUTO
@@ -407,6 +408,9 @@ class ArchivedCode:
         code = archive.load_code(ref)
         if code is None:
             return SourceFileLoader.get_code(loader, fullname)
+        # As plain import names a .pyc's code after the source it found
+        # (_compile_bytecode): the path of a moved tree's new place.
+        _fix_co_filename(code, loader.path)
         if archive.release_mode:
             # Its spec says when the body is done.
             archive.ran.append((ref, spec))
@@ -581,12 +585,23 @@ class CDSFinder:
             # pycds around it (in a traceback of what it raises, say).
             _fallback(fullname, "SourceFileLoader is patched")
             return spec
+        moved = False
         if spec.origin != entry.origin:
-            _stale_fallback(fullname, "resolves to another file")
-            return spec
-        reason, st = _pyc.check(entry, archive.check, spec.cached, facts and facts[3:])
+            # The archived tree moved (a venv built at one path and run at
+            # another): served where the files at the new place are the
+            # dumped ones, checked there.
+            entry = entry.moved_to(spec.origin, spec.cached,
+                                   spec.submodule_search_locations is not None)
+            if entry is None:
+                _stale_fallback(fullname, "resolves to another file")
+                return spec
+            facts, moved = None, True
+        # (PYCDSCHECK=unchecked trusts the dumped files, not others.)
+        check = "mtime" if moved and archive.check == "unchecked" else archive.check
+        reason, st = _pyc.check(entry, check, spec.cached, facts and facts[3:])
         if reason is not None:
-            _stale_fallback(fullname, reason)
+            _stale_fallback(fullname, f"resolves to another file ({reason} there)"
+                            if moved else reason)
             if reason == "source is gone":
                 # Gone within the directory's mtime granularity: the
                 # listing replayed from the dump may be out of date.
