@@ -284,6 +284,9 @@ class ModuleEntry:
         return moved
 
 
+_SWAPPED = object()    # Index._lookup: the archive at the path was another
+
+
 class Index:
     """Read side of an archive: header checked, lookups by module name.
 
@@ -368,6 +371,12 @@ class Index:
 
     def lookup(self, name):
         """Return the :class:`ModuleEntry` for ``name``, or None."""
+        entry = self._lookup(name)
+        if entry is _SWAPPED:       # once: the new archive holds a descriptor
+            entry = self._lookup(name)
+        return entry
+
+    def _lookup(self, name):
         h = name_hash(name)
         tag = h >> 32
         b = self._buckets
@@ -381,6 +390,13 @@ class Index:
             if off == EMPTY:
                 return None
             if int.from_bytes(b[at:at + 4], "little") == tag:
+                if self.fd < 0:
+                    # The first entry read opens the file, which may take
+                    # another archive renamed over this one: its buckets
+                    # come with it.  A miss opens nothing.
+                    self.descriptor()
+                    if self._buckets is not b:
+                        return _SWAPPED
                 entry = self._read_entry(off)
                 if entry is None:
                     raise ArchiveFormatError("index entry fails its checksum (archive "
@@ -391,12 +407,12 @@ class Index:
         return None
 
     def _read_entry(self, off):
-        h = self.header
+        fd = self.fd if self.fd >= 0 else self.descriptor()
+        h = self.header         # (after descriptor(), which may change it)
         if off + 12 > h.entries_len:
             return None
         # One pread covers most entries (a few hundred bytes); a longer
         # entry gets a second read for the rest.
-        fd = self.fd if self.fd >= 0 else self.descriptor()
         head = os.pread(fd, min(_ENTRY_READ, h.entries_len - off), h.entries_off + off)
         length = int.from_bytes(head[:4], "little")
         if length < 12 or off + length > h.entries_len or len(head) < 12:

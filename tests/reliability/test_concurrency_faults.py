@@ -983,3 +983,27 @@ class TestDebugRanges:
         r = run_python(["-c", "import mod_p"], cwd=tmp_path, PYCDSMODE="SHARE",
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert "mod_p" in r.served() and not r.warnings(), r
+
+
+def test_an_index_opened_out_of_the_way_reads_the_archive_renamed_over_it(tmp_path):
+    # SHARE's start-up reads the header and buckets, then lets go of the file
+    # (out_of_the_way); a DUMP or AUTO run may rename a new archive over it
+    # before the first entry is read, which must then use the new one
+    # throughout: its buckets, offsets and key, not a mix ("index entry
+    # fails its checksum").  A miss before that reads no entry and holds no
+    # descriptor.
+    import csv
+    import json
+    from pycds import _archive, _dumper
+    path = str(tmp_path / "a.cds")
+    _dumper.dump_modules([("json", json)], path)
+    index = _archive.Index.open(path, out_of_the_way=True)
+    try:
+        _dumper.dump_modules([("csv", csv), ("json", json)], path)
+        assert index.lookup("csv") is None and index.fd < 0
+        assert index.lookup("json").name == "json" and index.fd >= 0
+        entry = index.lookup("csv")
+        assert entry is not None and entry.name == "csv"
+        assert index.chunk_intact(entry)
+    finally:
+        index.close()
