@@ -75,9 +75,8 @@ def _activate(cfg):
         return auto.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
-        from . import _capture, _import_order, _dumper
+        from . import _capture, _dumper
         _capture.install()
-        _import_order.install()
         _dumper.preload()
         atexit.register(_dumper.dump_at_exit, cfg)
         _dumper.dump_session()   # children started from here on inherit it
@@ -207,24 +206,18 @@ def _import_and_dump(names, archive, caller):
     import importlib
     import os
     import sys
-    from . import _config, _import_order, _log, _dumper
-    if names:
-        # The archive lays modules out in the order their imports start.
-        added = _import_order.install()
+    from . import _config, _log, _dumper
+    for name in names or ():
+        if name in ("__main__", "__mp_main__") or name in sys.modules:
+            continue
         try:
-            for name in names:
-                if name in ("__main__", "__mp_main__") or name in sys.modules:
-                    continue
-                try:
-                    importlib.import_module(name)
-                except BaseException as e:   # a listed module may exit or fail
-                    _log.warning(f"{caller}: cannot import {name}: {e!r}")
-        finally:
-            if added:
-                _import_order.uninstall()
+            importlib.import_module(name)
+        except BaseException as e:   # a listed module may exit or fail
+            _log.warning(f"{caller}: cannot import {name}: {e!r}")
     if not archive:
         archive = os.environ.get("PYCDSARCHIVE", "") or _config.default_archive_path()
     if not archive:
         raise ValueError("no archive path: pass one or set PYCDSARCHIVE")
-    n, _ = _dumper.dump_modules(_dumper.snapshot(), archive)
+    # Laid out from the names given, in their order (pycds._dump_order).
+    n, _ = _dumper.dump_modules(_dumper.snapshot(), archive, roots=names or None)
     return n

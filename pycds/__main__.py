@@ -50,10 +50,11 @@ def cmd_info(args):
     except ArchiveFormatError as e:
         print(f"pycds: {args.archive}: {e}", file=sys.stderr)
         return 2
-    created = datetime.datetime.fromtimestamp(h.created_ns / 1e9).isoformat(" ", "seconds")
+    created = datetime.datetime.fromtimestamp(os.stat(args.archive).st_mtime).isoformat(
+        " ", "seconds")
     print(f"archive:      {os.path.abspath(args.archive)}")
     print(f"format:       {h.format}")
-    print(f"created:      {created} by pycds {meta.get('pycds', '?')}")
+    print(f"written:      {created} by pycds {meta.get('pycds', '?')}")
     argv = meta.get("program")
     if isinstance(argv, list):
         import shlex

@@ -10,12 +10,13 @@ The reading side (:class:`Index`) runs at start-up, so this module imports
 only builtins and reads with ``os.pread``: opening an archive reads the
 header, the meta block and the bucket table, nothing else; a lookup reads
 one entry.  Every part is checked before use: the header with a fixed-key
-hash, the rest with hashes keyed by the archive's random id, so a part of
-another archive (say, after the file was overwritten in place) never passes
-as part of this one.  Checksums use ``_imp.source_hash`` (the function PEP
-552 uses for hash-based pycs: SipHash-1-3 from 3.11, SipHash-2-4 on 3.10, so
-an archive is only ever verified by its own minor version); the heap is
-checked per module, in C, with XXH64.  The writing side (:func:`layout`)
+hash, the rest with hashes keyed by the archive's id (a hash of its
+content), so a part of another archive (say, after the file was overwritten
+in place) never passes as part of this one.  Checksums use
+``_imp.source_hash`` (the function PEP 552 uses for hash-based pycs:
+SipHash-1-3 from 3.11, SipHash-2-4 on 3.10, so an archive is only ever
+verified by its own minor version); the heap is checked per module, in C,
+with XXH64.  The writing side (:func:`layout`)
 lays out what pycds._dumper collected; pycds._writer puts it in a file.  The
 meta block names the interpreter the archive is for
 (:func:`meta_for_this_interpreter`); a reader refuses an archive of another.
@@ -26,7 +27,6 @@ import marshal
 import os
 import stat
 import sys
-import time
 
 from ._trust import check_trusted
 from .errors import ArchiveFormatError, ForeignArchiveError, program_raised
@@ -295,8 +295,10 @@ class Index:
     than the header, the meta block and the bucket table.
     """
 
-    def __init__(self, path, fd, header, meta, buckets, foreign=None, file_id=None):
+    def __init__(self, path, fd, header, meta, buckets, foreign=None, file_id=None,
+                 mtime=0.0):
         self.path = path
+        self.mtime = mtime       # when the file was written (st_mtime, s)
         self.foreign = foreign   # why this interpreter may not use it, or None
         self.fd = fd
         self.header = header
@@ -361,7 +363,8 @@ class Index:
             if out_of_the_way:
                 os.close(fd)
                 fd = -1
-            return cls(path, fd, h, meta, buckets, foreign, (st.st_dev, st.st_ino))
+            return cls(path, fd, h, meta, buckets, foreign, (st.st_dev, st.st_ino),
+                       st.st_mtime)
         except ArchiveFormatError:
             os.close(fd)
             raise
@@ -589,12 +592,12 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
     nbuckets = 8
     while nbuckets < 2 * n:
         nbuckets *= 2
-    meta_b = marshal.dumps(meta)
+    meta_b = canonical_marshal(meta)
     blobs = []
     offsets = []
     pos = 0
     for e in entries:
-        payload = marshal.dumps(e.to_tuple())
+        payload = canonical_marshal(e.to_tuple())
         rec = (len(payload) + 12).to_bytes(4, "little") + \
             checksum(payload, archive_id).to_bytes(8, "little") + payload
         offsets.append(pos)
@@ -617,7 +620,7 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
     h.format = FORMAT_VERSION
     h.header_size = HEADER_SIZE
     h.archive_id = archive_id
-    h.created_ns = time.time_ns()
+    h.created_ns = 0      # reproducible bytes: the file's mtime says when
     h.nmodules = n
     h.flags = flags
     h.py_hexversion = sys.hexversion
@@ -639,6 +642,17 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
     parts = [(h.meta_off, meta_b), (h.buckets_off, buckets),
              (h.entries_off, entries_b), (h.chunks_off, table)]
     return h, parts
+
+
+def canonical_marshal(obj):
+    """``marshal.dumps(obj)`` as of a fresh copy of ``obj``: the bytes
+    depend on its value only.  Marshal marks an object for sharing
+    (``FLAG_REF``) by its reference count and a str by whether it is
+    interned (``w_ref``, ``w_complex_object`` in Python/marshal.c, 3.10-3.13):
+    facts of the process, which differ between two dumps of the same files
+    (which thread imported a module first, say).  Version 2 writes neither;
+    loaded again, every object is held once."""
+    return marshal.dumps(marshal.loads(marshal.dumps(obj, 2)))
 
 
 def _align(x, a):

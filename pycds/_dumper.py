@@ -22,6 +22,8 @@ hash-based (PEP 552).
 """
 
 import _imp
+import gc
+import marshal
 import os
 import sys
 import time
@@ -30,8 +32,8 @@ import time
 from _frozen_importlib import ModuleSpec
 from _frozen_importlib_external import SourceFileLoader
 
-from . import _archive, _capture, _config, _import_order, _log, _nativeload, _pyc
-from . import _search, _trust, _writer
+from . import _archive, _capture, _config, _log, _nativeload, _pyc
+from . import _dump_order, _search, _trust, _writer
 from . import is_hook_module
 from .errors import ArchiveFormatError, NativeError
 
@@ -40,14 +42,11 @@ __all__ = ["snapshot", "dump_modules", "dump_at_exit", "write_archive"]
 
 
 def snapshot():
-    """The ``(name, module)`` pairs of ``sys.modules`` now, in the order their
-    imports started (pycds._import_order: the order a SHARE run asks for
-    them)."""
+    """The ``(name, module)`` pairs of ``sys.modules`` now."""
     # (A key that is not a str -- a program may put anything there -- names
     # no importable module: left out here, so that collect() and _spec_of()
     # see str names only.)
-    return _import_order.in_start_order(
-        [(name, m) for name, m in list(sys.modules.items()) if type(name) is str])
+    return [(name, m) for name, m in list(sys.modules.items()) if type(name) is str]
 
 
 # The namespace of a module, read without running the module's class: a
@@ -106,7 +105,7 @@ def collect(pairs):
 
 
 def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
-                 refresh=None):
+                 refresh=None, roots=None):
     """Archive the modules among ``pairs`` into ``path``; with
     ``skip_preloaded``, not those imported before capturing started
     (pycds._capture.preloaded).
@@ -123,11 +122,14 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
     archive not among them are kept, whatever session wrote them.  It runs
     under the directory lock, so that processes writing at once each see
     what the others wrote.
+
+    ``roots``: the module names the layout starts from, in order
+    (pycds._dump_order); None: those the program's own code imports.
     """
     from . import _nativeapi as N
 
     if refresh is None:
-        copied = _copy(pairs, verbose, skip_preloaded, N)
+        copied = _copy(pairs, verbose, skip_preloaded, roots, N)
         with _directory_lock(path):
             if session and not _session_is_ours(session) and _session_of(path) == session:
                 # The session's archive, of another interpreter: keep it whole.
@@ -145,30 +147,37 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
             if plan is None:
                 return 0, 0
             pairs, extra_meta = plan
-            copied = _copy(pairs, verbose, False, N)
+            copied = _copy(pairs, verbose, False, roots, N)
             copied[3].update(extra_meta)
             n = _write(path, copied, None, True, N)
     _warn_if_refused(path)
     return n, copied[2]
 
 
-def _copy(pairs, verbose, skip_preloaded, N):
+def _copy(pairs, verbose, skip_preloaded, roots, N):
     """``(writer, entries, skipped, meta)``: the archivable modules among
     ``pairs`` copied into a new native writer, and the archive's meta."""
-    archive_id = int.from_bytes(os.urandom(8), "little") or 1
-    writer = N.Writer(archive_id)
-    entries, skipped, ranges = _add_modules(writer, pairs, verbose, skip_preloaded)
+    # A function object in a reference cycle keeps its code object until the
+    # collector runs; what the writer predicts dead (a code object only its
+    # module's constants hold) must not depend on when it last ran.
+    gc.collect()
+    writer = N.Writer(_PROVISIONAL_ID)
+    entries, skipped, ranges = _add_modules(writer, pairs, verbose, skip_preloaded, roots)
     meta = _archive.meta_for_this_interpreter()
     if ranges is not None:
         # What the code is, whatever the environment says by now.
         meta["debug_ranges"] = ranges
     meta["layout"] = N.layout_id()
     meta["pycds"] = _pycds_version()
-    meta["created"] = time.time()
     # Which program it is for (python -m pycds info, cache list).
     meta["program"] = list(getattr(sys, "orig_argv", sys.argv))
     meta["executable"] = sys.executable
-    return writer, entries, skipped, meta, archive_id
+    return writer, entries, skipped, meta
+
+
+# The writer's checksum seed; the archive's id, which keys its checksums, is
+# derived from its content once it is complete (_content_id).
+_PROVISIONAL_ID = 1
 
 
 def _write(path, copied, session, carry, N):
@@ -177,27 +186,54 @@ def _write(path, copied, session, carry, N):
     whatever session wrote them; a session id: only that session's).
     Returns the number of modules written.  Call with the directory lock
     held."""
-    writer, entries, _, meta, archive_id = copied
-    if session:
-        meta["session"] = session
+    writer, entries, _, meta = copied
     heap = writer.heap()
     relocs = writer.relocs()
-    more = _carry_over(path, carry, entries, archive_id, len(heap),
+    more = _carry_over(path, carry, entries, _PROVISIONAL_ID, len(heap),
                        len(relocs) // 4, writer.nstrings(), N) if carry else ([], [], [])
     if more[0]:
         entries = entries + more[0]
         heap = b"".join([heap, *more[1]])
         relocs = b"".join([relocs, *more[2]])
-    header, parts = _archive.layout(entries, len(heap), len(relocs) // 4,
-                                    meta, archive_id)
-    parts.insert(0, (0, header.pack()))
-    parts.append((header.heap_off, heap))
-    parts.append((header.reloc_off, relocs))
-    _writer.write_atomic(path, parts, header.file_len)
-    return len(entries)
+    # The session is a fact of the process tree, not of the files: an
+    # extended attribute, so that the bytes stay reproducible; in the meta
+    # only where the file system takes no such attribute.
+    xattrs = {SESSION_XATTR: session.encode()} if session else None
+    while True:
+        archive_id = _content_id(entries, heap, relocs, meta, N)
+        _sign(entries, heap, relocs, archive_id, N)
+        header, parts = _archive.layout(entries, len(heap), len(relocs) // 4,
+                                        meta, archive_id)
+        parts.insert(0, (0, header.pack()))
+        parts.append((header.heap_off, heap))
+        parts.append((header.reloc_off, relocs))
+        if _writer.write_atomic(path, parts, header.file_len, xattrs) or not xattrs:
+            return len(entries)
+        meta["session"] = session
+        xattrs = None
 
 
-def _add_modules(writer, pairs, verbose, skip_preloaded):
+def _content_id(entries, heap, relocs, meta, N):
+    """The archive's id: XXH64 of everything its checksums cover but the
+    checksums themselves, so that the same content gets the same id
+    (reproducible bytes) and two archives that differ anywhere do not."""
+    facts = repr((sorted(meta.items()),
+                  [e.to_tuple()[:-3] + e.to_tuple()[-2:] for e in entries]))
+    seed = N.hash64(facts.encode("utf-8", "surrogatepass"))
+    return N.hash64(relocs, N.hash64(heap, seed)) or 1
+
+
+def _sign(entries, heap, relocs, archive_id, N):
+    """Set each entry's ``chunk_sum`` for ``archive_id`` (the chain the
+    native loader checks: its chunk, then its relocation entries)."""
+    heap, relocs = memoryview(heap), memoryview(relocs).cast("B")
+    for e in entries:
+        chunk = heap[e.chunk_off:e.chunk_off + e.chunk_len]
+        rel = relocs[4 * e.reloc_first:4 * (e.reloc_first + e.reloc_count)]
+        e.chunk_sum = N.hash64(rel, N.hash64(chunk, archive_id))
+
+
+def _add_modules(writer, pairs, verbose, skip_preloaded, roots):
     """Copy the code of the archivable modules among ``pairs`` into
     ``writer``.  Returns ``(entries, skipped, ranges)``: their index
     entries, the count of modules that could not be archived, and whether
@@ -207,11 +243,22 @@ def _add_modules(writer, pairs, verbose, skip_preloaded):
     searches = _search.Recorder()
     as_ran = 0
     ranges = None
+    read = {}
     for name, module, spec in collect(pairs):
         if skip_preloaded and _capture.preloaded(name, module):
             continue
         try:
-            entry, code, ran = _add_module(writer, len(entries), name, module, spec)
+            read[name] = _read_module(name, module, spec)
+        except Exception as e:
+            skipped += 1
+            if verbose >= 2:
+                _log.verbose(f"not archived {name}: {e}", 2)
+    names = _dump_order.order({name: (r[0], r[1].parent) for name, r in read.items()},
+                              _dump_order.program_imports() if roots is None else roots)
+    for name in names:
+        code, spec, ran, entry = read.pop(name)
+        try:
+            _copy_module(writer, len(entries), code, ran, spec, entry)
         except Exception as e:
             skipped += 1
             if verbose >= 2:
@@ -221,7 +268,7 @@ def _add_modules(writer, pairs, verbose, skip_preloaded):
         entries.append(entry)
         if ranges is None:
             ranges = _archive.code_debug_ranges(code)
-        if ran:
+        if ran[0]:
             as_ran += 1
         elif verbose >= 2:
             _log.verbose(f"read again {name}", 2)
@@ -231,11 +278,11 @@ def _add_modules(writer, pairs, verbose, skip_preloaded):
     return entries, skipped, ranges
 
 
-def _add_module(writer, number, name, module, spec):
-    """Copy the code plain import would run now for ``module`` into
-    ``writer``.  Returns ``(entry, code, ran)``: its index entry (without
-    its search record), the code object, and whether that is the code the
-    import ran.  Raises where the module cannot be archived."""
+def _read_module(name, module, spec):
+    """The code plain import would run now for ``module``: ``(code, spec,
+    ran, entry)``, with whether that is the code the import ran and its
+    index entry (without its chunk, for :func:`_copy_module`, and without
+    its search record).  Raises where the module cannot be archived."""
     origin = spec.origin
     st = os.stat(origin)
     with open(origin, "rb") as f:
@@ -261,20 +308,90 @@ def _add_module(writer, number, name, module, spec):
     st2 = os.stat(origin)
     if (st.st_mtime_ns, st.st_size) != (st2.st_mtime_ns, st2.st_size):
         raise OSError("source changed during the dump")
-    chunk = writer.add(code, ran=ran is not None)
+    orders = _frozenset_orders(code, spec.cached, pyc_head) if ran is not None else None
     locations = spec.submodule_search_locations
     entry = _archive.ModuleEntry(
-        number, name, origin, locations is not None,
+        0, name, origin, locations is not None,
         tuple(locations) if locations is not None else None,
         st.st_mtime_ns, st.st_size, src_hash,
         spec.cached, pyc_kind,
         pyc_st.st_mtime_ns if pyc_st is not None else 0,
         pyc_st.st_size if pyc_st is not None else 0,
         _imp.check_hash_based_pycs,
-        chunk.chunk_off, chunk.chunk_len, chunk.root_off,
-        chunk.reloc_first, chunk.reloc_count, chunk.checksum,
-        chunk.nobjects, None)
-    return entry, code, ran is not None
+        0, 0, 0, 0, 0, 0, 0, None)
+    return code, spec, (ran is not None, orders), entry
+
+
+def _copy_module(writer, number, code, ran, spec, entry):
+    """Copy ``code`` (of :func:`_read_module`, with ``ran``) into
+    ``writer`` as module ``number``, filling ``entry``'s chunk fields.
+    Raises where it cannot be copied (the writer is left as before)."""
+    ran, orders = ran
+    chunk = writer.add(code, ran=ran, orders=orders)
+    entry.number = number
+    entry.chunk_off, entry.chunk_len, entry.root_off = \
+        chunk.chunk_off, chunk.chunk_len, chunk.root_off
+    entry.reloc_first, entry.reloc_count, entry.chunk_sum = \
+        chunk.reloc_first, chunk.reloc_count, chunk.checksum
+    entry.nobjects = chunk.nobjects
+
+
+def _frozenset_orders(code, pyc_path, pyc_head):
+    """For :meth:`pycds._nativeapi.Writer.add`: the order unmarshal adds the
+    items of each frozenset constant of ``code`` (the code an import ran
+    from the .pyc at ``pyc_path``, whose first 16 bytes are ``pyc_head``),
+    read off a fresh unmarshal of that .pyc.  The program may have bound an
+    item elsewhere since (a loop variable left at module level), which
+    changes what the writer would infer from reference counts, and by how
+    the hash seed ordered the loop: not reproducible.  None when ``code``
+    has no frozenset or the .pyc cannot be read as it was."""
+    if not _has_frozenset(code):
+        return None
+    try:
+        with open(pyc_path, "rb") as f:
+            data = f.read()
+        if data[:16] != pyc_head:
+            return None
+        fresh = marshal.loads(memoryview(data)[16:])
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    orders = {}
+    _pair_frozensets(code, fresh, orders)
+    return orders
+
+
+def _has_frozenset(code):
+    for const in code.co_consts:
+        t = type(const)
+        if t is frozenset or (t is type(code) and _has_frozenset(const)) or \
+                (t is tuple and any(type(x) in (frozenset, tuple) for x in const)):
+            return True
+    return False
+
+
+def _pair_frozensets(ran, fresh, orders, depth=0):
+    """Fill ``orders`` for the frozensets of ``ran`` from those at the same
+    places in ``fresh``, an equal constant (code, tuple, frozenset)."""
+    if type(ran) is not type(fresh) or depth > 100:
+        return
+    if type(ran) is frozenset:
+        if len(ran) == len(fresh):
+            same = {item: item for item in ran}
+            try:
+                from . import _nativeapi as N
+                orders[id(ran)] = tuple(same[item] for item in N.frozenset_items(fresh))
+            except (KeyError, NativeError):
+                pass
+        return
+    if type(ran) is tuple:
+        pairs = zip(ran, fresh) if len(ran) == len(fresh) else ()
+    elif hasattr(ran, "co_consts") and len(ran.co_consts) == len(fresh.co_consts):
+        pairs = zip(ran.co_consts, fresh.co_consts)
+    else:
+        return
+    for a, b in pairs:
+        if type(a) in (frozenset, tuple) or hasattr(a, "co_consts"):
+            _pair_frozensets(a, b, orders, depth + 1)
 
 
 def _warn_if_refused(path):
@@ -320,9 +437,24 @@ def _session_of(path):
     except ArchiveFormatError:
         return None
     try:
-        return index.meta.get("session")
+        return archive_session(index)
     finally:
         index.close()
+
+
+# Where an archive written in a DUMP session names it (_write).
+SESSION_XATTR = "user.pycds.session"
+
+
+def archive_session(index):
+    """The DUMP session that wrote the archive of ``index`` (an
+    :class:`pycds._archive.Index`), or None: its extended attribute, else
+    its meta (a file system without extended attributes)."""
+    try:
+        return os.getxattr(index.fd if index.fd >= 0 else index.path,
+                           SESSION_XATTR).decode("utf-8", "replace")
+    except (OSError, AttributeError):
+        return index.meta.get("session")
 
 
 # Seconds a writer waits for the archive's directory lock before giving up
@@ -396,7 +528,7 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, nstrings,
     except ArchiveFormatError:
         return out
     try:
-        if (session is not True and index.meta.get("session") != session) or \
+        if (session is not True and archive_session(index) != session) or \
                 index.meta.get("layout") != N.layout_id():
             return out
         have = {e.name for e in entries}

@@ -1,13 +1,12 @@
-"""The order in which a DUMP or TRACE run *started* importing its modules.
+"""The order in which a TRACE run *started* importing its modules: the
+order of the module list it writes, which ``pycds.dump``/``_dump`` lay an
+archive out from (pycds._dump_order).
 
 ``sys.modules`` keeps modules in the order their import *finished*:
 importlib moves a module to the end of ``sys.modules`` once its body has run
 (``_load_unlocked`` in importlib/_bootstrap.py, 3.10-3.13), so a package
 comes after every submodule its ``__init__`` imports.  A SHARE run asks for
-code objects in the order imports start.  Chunks laid out in that order are
-read ahead (native/archive/loader/prefetch.c) before they are asked for; in finishing order
-the read-ahead thread reads a package's successors while the importing
-thread loads its submodules, which lie *before* it, by itself.
+code objects in the order imports start.
 
 :class:`ImportOrderRecorder` sits first on ``sys.meta_path``, notes each name
 the first time an import looks for it and declines (returns None), so the

@@ -63,6 +63,17 @@ def hash64(data, seed=0):
     return lib.pycds_hash64(ffi.from_buffer(data), len(data), seed)
 
 
+def frozenset_items(fs):
+    """The items of frozenset ``fs`` in the order unmarshal adds them, as
+    a list: the order ``marshal`` writes them in (3.11+: sorted by their
+    own marshalled bytes), inferred from their reference counts, so right
+    for a frozenset that only a freshly unmarshalled code object holds
+    (native/archive/common/layout.c).  Raises NativeError."""
+    out = []
+    _check(lib.pycds_frozenset_items(id(fs), id(out)), "frozenset items")
+    return out
+
+
 class Chunk:
     """What the writer reports for one module (see pycds_chunk_info)."""
 
@@ -79,16 +90,21 @@ class Writer:
         self._w = ffi.gc(out[0], lib.pycds_writer_free)
         self._info = ffi.new("pycds_chunk_info *")
 
-    def add(self, code, ran=False):
+    def add(self, code, ran=False, orders=None):
         """Copy ``code`` and all it reaches; return a :class:`Chunk`.  The
         bytecode is copied in the form a fresh unmarshal gives, whether or
         not the code has run.  ``ran``: ``code`` is the code object the
         import executed; a function code object in it (or in its class
         bodies) that nothing but its ``co_consts`` holds is predicted dead
         and laid out with the module code, where the loader can give it
-        back (native/archive/writer/writer.c).  Raises NativeError (the heap is left as
-        before) on failure."""
-        _check(lib.pycds_writer_add(self._w, id(code), bool(ran), self._info),
+        back (native/archive/writer/writer.c).  ``orders``: a dict from
+        ``id()`` of a frozenset in ``code`` to the tuple of its items in the
+        order unmarshal adds them (:func:`frozenset_items` of a fresh copy),
+        for those it gives.  Raises NativeError (the heap is left as before)
+        on failure."""
+        _check(lib.pycds_writer_add(self._w, id(code), bool(ran),
+                                    id(orders) if orders is not None else 0,
+                                    self._info),
                "copy")
         c = Chunk()
         for name in Chunk.__slots__:

@@ -28,12 +28,15 @@ import time
 _TMP_MARK = ".pycds-tmp."
 
 
-def write_atomic(path, chunks, length=None):
+def write_atomic(path, chunks, length=None, xattrs=None):
     """Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
     content of ``path``, atomically; ``length``: the file's size in bytes
     (zeros after the last chunk: an archive without modules ends in an
-    empty heap).  Raises OSError on failure, leaving ``path`` as it was,
-    and when ``path`` is there but not a regular file (check_replaceable)."""
+    empty heap); ``xattrs``: extended attributes (name to bytes) to give
+    the file, where its file system takes them.  Returns whether every one
+    of ``xattrs`` was set.  Raises OSError on failure, leaving ``path`` as
+    it was, and when ``path`` is there but not a regular file
+    (check_replaceable)."""
     check_replaceable(path)
     path = os.path.abspath(path)
     d, base = os.path.split(path)
@@ -66,6 +69,12 @@ def write_atomic(path, chunks, length=None):
         if length is not None:
             os.ftruncate(fd, length)
         os.fchmod(fd, 0o644)
+        tagged = True
+        for name, value in (xattrs or {}).items():
+            try:
+                os.setxattr(fd, name, value)
+            except (OSError, AttributeError):   # not supported there (or here)
+                tagged = False
         if unnamed:
             # linkat(AT_SYMLINK_FOLLOW) gives the unnamed file a name; os.link
             # uses linkat (not link) only when a dir_fd is passed.
@@ -78,6 +87,7 @@ def write_atomic(path, chunks, length=None):
             tmp = os.path.join(d, name)
         os.replace(tmp, path)
         tmp = None
+        return tagged
     finally:
         if fd is not None:
             os.close(fd)

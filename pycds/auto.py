@@ -175,9 +175,9 @@ class _Run:
         path = self.cfg.archive
         if not replaces and not self.wrote:
             # (A process's exit write after its settle write is one rewrite.)
-            meta = self.installed.archive.index.meta
-            adds = meta.get("auto_adds", 0)
-            age = time.time() - meta.get("created", 0.0)
+            index = self.installed.archive.index
+            adds = index.meta.get("auto_adds", 0)
+            age = time.time() - index.mtime
             wait = add_backoff_s(adds if type(adds) is int else 0)
             if age < wait:
                 if self.cfg.verbose:

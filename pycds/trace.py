@@ -33,7 +33,8 @@ def module_names():
     ``_cython_3_x``), nor aliases (``sys.modules['alias'] = json``):
     :func:`pycds._dump` would warn about them."""
     from ._dumper import _spec_of, snapshot
-    return [name for name, module in snapshot()
+    from ._import_order import in_start_order
+    return [name for name, module in in_start_order(snapshot())
             if name not in _MAIN_NAMES and _spec_of(name, module) is not None]
 
 

@@ -97,9 +97,16 @@ int pycds_writer_new(uint64_t seed, pycds_writer **out);
 /* Copy code object code (a PyObject *) and all it reaches as one chunk,
  * bytecode in its fresh form (as unmarshal makes it) whether or not it has
  * run.  ran: code is the one the import executed; its function code
- * objects that nothing else holds are predicted dead (writer.c). */
-int pycds_writer_add(pycds_writer *w, uintptr_t code, int ran,
+ * objects that nothing else holds are predicted dead (writer.c).  orders:
+ * a dict (PyObject *, or 0) from a frozenset's address to the tuple of its
+ * items in the order unmarshal adds them, for frozensets whose reference
+ * counts have changed since unmarshal (pycds_frozenset_items). */
+int pycds_writer_add(pycds_writer *w, uintptr_t code, int ran, uintptr_t orders,
                      pycds_chunk_info *info);
+/* Append to list out_list the items of frozenset set (PyObject *s) in the
+ * order unmarshal adds them, inferred from their reference counts: right
+ * for a frozenset only its code object holds (common/layout.c). */
+int pycds_frozenset_items(uintptr_t set, uintptr_t out_list);
 /* Borrowed views of the heap and relocation buffers, valid until the next
  * pycds_writer_add() or pycds_writer_free(). */
 int pycds_writer_heap(pycds_writer *w, const uint8_t **data, size_t *len);
@@ -129,7 +136,7 @@ typedef struct {
     uint64_t chunks_off;   /* chunk table: file offset of nmodules records */
     uint64_t chunks_sum;   /* ... and its XXH64 with seed */
     uint32_t nmodules;
-    uint64_t seed;         /* the archive's random id, the checksums' seed */
+    uint64_t seed;         /* the archive's id (of its content), the checksums' seed */
     const char *layout_id; /* pycds_layout_id() of the dump run */
 } pycds_archive_header;
 

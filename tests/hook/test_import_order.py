@@ -1,5 +1,6 @@
-"""Chunks are laid out in the order imports start (pycds._import_order),
-the order a SHARE run asks for them, not sys.modules' finishing order."""
+"""Chunks are laid out in the order imports start, the order a SHARE run
+asks for them (predicted from the code: pycds._dump_order; TRACE records
+it: pycds._import_order), not sys.modules' finishing order."""
 
 from conftest import run_python
 from pycds import _archive

@@ -42,12 +42,12 @@ pycds_layout_str_prehash(PyObject *op)
  * borrowed references, so an item only the set holds is written without the
  * flag; 3.13 iterates with new ones (_PySet_NextEntryRef): always flagged.
  * 3.10 writes them in the writing process's iteration order, which is not
- * known here: the dump's own (docs/importer-compliance.md). */
+ * known here: sorted by their bytes without the flag, an order that does
+ * not depend on the dump's hash seed (docs/importer-compliance.md). */
 PyObject *
 pycds_layout_frozenset_items(PyObject *op)
 {
     PyObject *items = PySequence_Tuple(op);   /* one more reference each */
-#if PY_VERSION_HEX >= 0x030B0000
     if (items == NULL) {
         return NULL;
     }
@@ -62,10 +62,14 @@ pycds_layout_frozenset_items(PyObject *op)
         if (dump == NULL) {
             goto done;
         }
-#  if PY_VERSION_HEX < 0x030D0000
-        /* Held by the set and by items only: the writer saw one reference. */
-        if (Py_REFCNT(item) == 2 && PyBytes_GET_SIZE(dump) > 0
-            && !(PyUnicode_CheckExact(item) && PyUnicode_CHECK_INTERNED(item))) {
+#if PY_VERSION_HEX < 0x030D0000
+        /* Held by the set and by items only: the writer saw one reference
+         * (3.11, 3.12).  3.10: never flagged, for the order's sake. */
+        if (PyBytes_GET_SIZE(dump) > 0
+            && (PY_VERSION_HEX < 0x030B0000
+                || (Py_REFCNT(item) == 2
+                    && !(PyUnicode_CheckExact(item)
+                         && PyUnicode_CHECK_INTERNED(item))))) {
             PyObject *bare = PyBytes_FromStringAndSize(PyBytes_AS_STRING(dump),
                                                        PyBytes_GET_SIZE(dump));
             Py_DECREF(dump);
@@ -75,7 +79,7 @@ pycds_layout_frozenset_items(PyObject *op)
             PyBytes_AS_STRING(bare)[0] &= (char)0x7f;     /* FLAG_REF */
             dump = bare;
         }
-#  endif
+#endif
         PyObject *pair = PyTuple_Pack(2, dump, item);
         Py_DECREF(dump);
         if (pair == NULL) {
@@ -97,9 +101,6 @@ done:
     Py_XDECREF(pairs);
     Py_DECREF(items);
     return sorted;
-#else
-    return items;
-#endif
 }
 
 /* Reserve size bytes (plus a zeroed GC header for GC types) and copy the

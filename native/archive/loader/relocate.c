@@ -9,8 +9,8 @@
  *      that: on truncate, Linux unmaps even the private copy-on-write pages
  *      of a MAP_PRIVATE mapping; docs/design-notes.md);
  *   2. verify the XXH64 checksum of the chunk as the writer wrote it (head
- *      then tail; seeded with the archive's random id, so a chunk from
- *      another archive never passes);
+ *      then tail; seeded with the archive's id, a hash of its content,
+ *      so a chunk from another archive never passes);
  *   3. apply the relocations, bounds-checking each: INTERNAL/INTERN/FROZENSET
  *      (and DATA, into an object) turn a chunk offset into the address of
  *      its head or tail copy, EXTERNAL adds the image anchor's and must land

@@ -91,6 +91,7 @@ struct pycds_writer {
     uint64_t tail_start;      /* heap offset where the chunk's tail starts */
     PyObject *keepalive;      /* proxies whose addresses must not be reused */
     int ran;                  /* the root is the code the import ran */
+    PyObject *orders;         /* borrowed, of pycds_writer_add: id -> items */
 };
 
 /* ---- buffers ---------------------------------------------------------- */
@@ -223,6 +224,30 @@ seen_rollback(pycds_writer *w, uint32_t first)
 
 /* ---- the copy --------------------------------------------------------- */
 
+/* A new reference to the items of frozenset op in the order unmarshal adds
+ * them: the order given for it to pycds_writer_add, else the one layout.c
+ * infers from op's reference counts now. */
+static PyObject *
+frozenset_items(pycds_writer *w, PyObject *op)
+{
+    if (w->orders != NULL) {
+        PyObject *key = PyLong_FromVoidPtr(op);
+        if (key == NULL) {
+            return NULL;
+        }
+        PyObject *items = PyDict_GetItemWithError(w->orders, key);
+        Py_DECREF(key);
+        if (items != NULL && PyTuple_CheckExact(items)
+            && PyTuple_GET_SIZE(items) == PySet_GET_SIZE(op)) {
+            return Py_NewRef(items);
+        }
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    return pycds_layout_frozenset_items(op);
+}
+
 /* Copy op into the chunk once; *off is its heap offset. */
 static int
 copy_object(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
@@ -238,7 +263,7 @@ copy_object(pycds_writer *w, PyObject *op, int depth, uint64_t *off)
     if (PyFrozenSet_CheckExact(op)) {
         /* The heap holds a tuple of the items, in the order unmarshal
          * adds them; FROZENSET rebuilds it. */
-        PyObject *items = pycds_layout_frozenset_items(op);
+        PyObject *items = frozenset_items(w, op);
         if (items == NULL) {
             return pycds_fail_python("frozenset items");
         }
@@ -458,7 +483,7 @@ place_items(pycds_writer *w, PyObject *op, int depth, long *budget, placer place
         return PYCDS_OK;
     }
     if (PyFrozenSet_CheckExact(op)) {
-        PyObject *items = PySequence_Tuple(op);
+        PyObject *items = frozenset_items(w, op);
         if (items == NULL) {
             return pycds_fail_python("frozenset items");
         }
@@ -691,7 +716,7 @@ pycds_writer_new(uint64_t seed, pycds_writer **out)
 }
 
 int
-pycds_writer_add(pycds_writer *w, uintptr_t code, int ran,
+pycds_writer_add(pycds_writer *w, uintptr_t code, int ran, uintptr_t orders,
                  pycds_chunk_info *info)
 {
     if (w == NULL || info == NULL || code == 0) {
@@ -701,6 +726,13 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, int ran,
     PyObject *co = (PyObject *)code;
     int rc = PYCDS_OK;
     w->ran = ran != 0;
+    w->orders = (PyObject *)orders;
+    if (w->orders != NULL && !PyDict_CheckExact(w->orders)) {
+        w->orders = NULL;
+        rc = pycds_fail(PYCDS_E_ARG, "frozenset orders are not a dict");
+        PyGILState_Release(g);
+        return rc;
+    }
     size_t saved_len = w->len, saved_nrelocs = w->nrelocs;
     uint64_t saved_nobjects = w->nobjects;
     uint32_t saved_nstrings = w->nstrings;
@@ -762,6 +794,7 @@ done:
     w->npending = 0;
     w->tail_start = UINT64_MAX;
     w->ran = 0;
+    w->orders = NULL;
     if (PyList_SetSlice(w->keepalive, 0, PyList_GET_SIZE(w->keepalive), NULL) < 0) {
         PyErr_Clear();
     }
@@ -856,4 +889,32 @@ pycds_writer_free(pycds_writer *w)
     free(w->pending);
     free(w->seen.slots);
     free(w);
+}
+
+int
+pycds_frozenset_items(uintptr_t set, uintptr_t out_list)
+{
+    PyObject *op = (PyObject *)set, *out = (PyObject *)out_list;
+    if (op == NULL || out == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "bad frozenset arguments");
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = PYCDS_OK;
+    if (!PyFrozenSet_CheckExact(op) || !PyList_CheckExact(out)) {
+        rc = pycds_fail(PYCDS_E_ARG, "not a frozenset and a list");
+    }
+    else {
+        PyObject *items = pycds_layout_frozenset_items(op);
+        if (items == NULL) {
+            rc = pycds_fail_python("frozenset items");
+        }
+        else {
+            if (PyList_SetSlice(out, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, items) < 0) {
+                rc = pycds_fail_python("frozenset items");
+            }
+            Py_DECREF(items);
+        }
+    }
+    PyGILState_Release(g);
+    return rc;
 }
