@@ -10,16 +10,17 @@ environment variables through ``pycds.pth``::
     PYCDSMODE=SHARE PYCDSARCHIVE=app.img python app.py   # run from the archive
     PYCDSMODE=AUTO python app.py    # share, and keep the archive current by itself
 
-Exports: :func:`dump` (the API form of a dump), :func:`stats`,
-:func:`_dump` (the original tool's form of it) and ``__version__``;
-:func:`_start` is what the ``.pth`` line calls.  Importing
+Exports: :func:`dump` (the API form of a dump), :func:`start` (the
+``.pth`` line's work, from code), :func:`stats`, :func:`_dump` (the original
+tool's form of a dump) and ``__version__``; :func:`_start` is what the
+``.pth`` line calls.  Importing
 this package loads nothing heavy; the native module is loaded on first use.
 """
 
 import _thread
 
 __version__ = "0.1.0"
-__all__ = ["dump", "stats", "_dump", "__version__"]
+__all__ = ["dump", "start", "stats", "_dump", "__version__"]
 
 _started = False
 
@@ -92,6 +93,16 @@ def _activate(cfg):
         trace.trace_session()
         atexit.register(trace.trace_at_exit, cfg)
     return None
+
+
+def start():
+    """Switch on what the PYCDS* environment variables ask for, as the
+    ``pycds.pth`` line does at start-up, from code: where no ``.pth`` file
+    is read, as for packages installed with ``pip install --target`` and put
+    on ``PYTHONPATH`` (a serverless zip; docs/deploy.md).  Imports made
+    before the call are plain ones.  Never raises; a call after the
+    ``.pth`` line's (or a second call) does nothing."""
+    return _start()
 
 
 def is_main_interpreter(cheap_only=False):

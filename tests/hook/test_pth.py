@@ -140,3 +140,23 @@ class TestArchiveDirectory:
         r = run_python(["-c", "import m; print(m.X)"], cwd=tmp_path,
                        PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
         assert r.out == "1\n" and "m" in r.served() and not r.warnings(), r
+
+
+def test_start_from_code_where_no_pth_is_read(tmp_path):
+    # A serverless zip's packages sit on PYTHONPATH, where site reads no
+    # .pth file (here: -S, site-packages on PYTHONPATH): pycds.start() does
+    # the .pth line's work, for the imports after it (docs/deploy.md).
+    import pycds
+    site_dir = os.path.dirname(os.path.dirname(pycds.__file__))
+    (tmp_path / "mod_after.py").write_text("VALUE = 42\n")
+    img = str(tmp_path / "a.img")
+    prog = ("import pycds, sys; pycds.start(); import mod_after; "
+            "print(mod_after.VALUE, 'pycds.finder' in sys.modules)")
+    env = dict(PYTHONPATH=os.pathsep.join([str(tmp_path), site_dir]), PYCDSARCHIVE=img)
+    r = run_python(["-S", "-c", prog], cwd=tmp_path, PYCDSMODE="DUMP", **env)
+    assert r.out == "42 False\n" and os.path.exists(img), r
+    r = run_python(["-S", "-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSVERBOSE="1", **env)
+    assert r.out == "42 True\n" and "mod_after" in r.served() and r.warnings() == [], r
+    # Without PYCDSMODE it does nothing.
+    r = run_python(["-S", "-c", prog], cwd=tmp_path, **env)
+    assert r.out == "42 False\n" and r.err == "", r
