@@ -81,11 +81,11 @@ def write_atomic(path, chunks, length=None, xattrs=None):
             name = f"{_tmp_prefix(base)}{os.getpid()}.{time.monotonic_ns()}"
             dfd = os.open(d, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd)
+                _retry(os.link, f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd)
             finally:
                 os.close(dfd)
             tmp = os.path.join(d, name)
-        os.replace(tmp, path)
+        _retry(os.replace, tmp, path)
         tmp = None
         return tagged
     finally:
@@ -96,6 +96,17 @@ def write_atomic(path, chunks, length=None, xattrs=None):
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _retry(call, *args, **kwargs):
+    """``call(*args, **kwargs)``, again after EINTR: os.link and os.replace
+    raise InterruptedError where a file system (NFS, FUSE) lets a signal
+    interrupt them; PEP 475 retries only the calls that often block."""
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except InterruptedError:
+            continue
 
 
 def make_directory(d):

@@ -34,7 +34,11 @@ pycds_preallocate(int fd, uint64_t length, int *err)
     if (length == 0)
         return PYCDS_OK;
 #if defined(__linux__)
-    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)length) == 0)
+    int rc;
+    do    /* (EINTR: a signal came, as on NFS or FUSE; try again) */
+        rc = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)length);
+    while (rc != 0 && errno == EINTR);
+    if (rc == 0)
         return PYCDS_OK;
     /* No fallocate here (file system or kernel): the file is written as
      * it would be without it.  Any other failure (ENOSPC, EFBIG, EIO) is
