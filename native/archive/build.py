@@ -20,6 +20,11 @@ import sys
 
 from cffi import FFI
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sanitize import sanitize_args  # noqa: E402  (native/sanitize.py)
+
+SANITIZE_COMPILE, SANITIZE_LINK = sanitize_args()
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -89,7 +94,8 @@ ffibuilder.set_source(
         ("_CFFI_NO_LIMITED_API", None),
         ("PYCDS_BUILD_VERSION", '"%s"' % package_version()),
     ],
-    extra_compile_args=compile_args(),
+    extra_compile_args=compile_args() + SANITIZE_COMPILE,
+    extra_link_args=SANITIZE_LINK,
     libraries=["dl", "pthread"],
     py_limited_api=False,
 )

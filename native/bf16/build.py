@@ -12,8 +12,14 @@ relative to this file, since pip builds from a temporary copy.
 
 import os
 import platform
+import sys
 
 from cffi import FFI
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sanitize import sanitize_args  # noqa: E402  (native/sanitize.py)
+
+SANITIZE_COMPILE, SANITIZE_LINK = sanitize_args()
 
 SRC = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(SRC))
@@ -55,8 +61,8 @@ ffibuilder.set_source(
     '#include "bf16_kernels.h"',
     sources=[_rel(os.path.join(SRC, s)) for s in SOURCES],
     include_dirs=[_rel(SRC)],
-    extra_compile_args=compile_args(),
-    extra_link_args=["-pthread"],
+    extra_compile_args=compile_args() + SANITIZE_COMPILE,
+    extra_link_args=["-pthread"] + SANITIZE_LINK,
     py_limited_api=False,
     define_macros=[("_CFFI_NO_LIMITED_API", None)],
 )

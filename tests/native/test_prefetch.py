@@ -13,13 +13,14 @@ import pytest
 
 from pycds import _archive
 from pycds import _nativeapi as N
-from pycds import _writer as W
 from pycds.errors import NativeError
 
 from conftest import flip_bits, run_python
 from test_archive import archive_of, same_code
 
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
+# A sanitizer build's runtime (docs/reliability.md) replaces glibc's malloc.
+SANITIZER_MALLOC = "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
 def stdlib_codes(n=80):
@@ -334,7 +335,8 @@ with tempfile.TemporaryDirectory() as d:
 
 
 @pytest.mark.skipif(not TWO_CPUS, reason="read-ahead needs a second CPU")
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's per-thread arenas")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or SANITIZER_MALLOC,
+                    reason="glibc's per-thread arenas (ASan's allocator has none)")
 def test_read_ahead_leaves_no_malloc_arena_behind(tmp_path):
     """What the read-ahead thread hands to the importing thread (fix-up
     records) comes from mmap'd blocks given back when the thread exits, not

@@ -611,6 +611,9 @@ class TestTheProgramsDescriptors:
         assert (r.rc, r.out) == (0, "bad 0\n"), r
 
 
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="a sanitizer build's runtime (docs/reliability.md) maps terabytes "
+                           "of shadow memory: no RLIMIT_AS leaves it room")
 class TestAddressSpaceLimit:
     """RLIMIT_AS below what the imports need: the program fails as plain
     Python fails (MemoryError) or runs, never dies.  The read-ahead thread's

@@ -748,7 +748,8 @@ pycds_writer_add(pycds_writer *w, uintptr_t code, int ran, uintptr_t orders,
     if (rc) {
         goto done;
     }
-    memset(w->heap + w->len, 0, start - w->len);
+    if (start > w->len)     /* (the heap is NULL until it holds a byte) */
+        memset(w->heap + w->len, 0, start - w->len);
     w->len = start;
     w->chunk_start = w->len;
     /* memo, pending and tail_start start empty: writer_new, and the end of
