@@ -6,6 +6,13 @@ Run with the interpreter pycds is installed in (its Lib/test must exist)::
 
     python scripts/cpython_regrtest.py [--tests test_json test_code ...]
                                        [--jobs 2] [--workdir DIR]
+    python scripts/cpython_regrtest.py --all [--recheck 2]
+
+``--all`` runs every test module ``python -m test`` runs (resources as its
+default: none), each with regrtest's ``--timeout``; ``--recheck N`` runs
+each test module with a differing case N more times alone, plain and
+SHARE, and says per case whether plain Python itself varies there
+(unstable) or only SHARE does (a pycds difference).
 
 Steps: (1) plain run of the selection, (2) DUMP run of the same selection
 with ``-j``: regrtest runs each test module in a fresh worker process, each
@@ -18,10 +25,12 @@ use it too, as do the interpreters the tests start).
 Results come from regrtest's ``--junit-xml`` (one record per test case).
 The script prints, per test module, the cases run and how many differ, and
 exits 1 if any case's outcome (pass, fail, error, skip) differs between the
-plain and the SHARE runs, or if the SHARE run served no module.
+plain and the SHARE runs (with ``--recheck``: if any differing case is not
+unstable plain), or if the SHARE run served no module.
 """
 
 import argparse
+import collections
 import os
 import subprocess
 import sys
@@ -35,6 +44,7 @@ DEFAULT = ["test_importlib", "test_inspect", "test_traceback", "test_code",
            "test_pkgutil", "test_runpy", "test_site", "test_compile",
            "test_scope"]
 FAST = ["test_json", "test_code", "test_dis"]
+PER_TEST_TIMEOUT = 1200     # s, regrtest's --timeout in --all
 
 
 def env_for(**extra):
@@ -44,11 +54,14 @@ def env_for(**extra):
     return env
 
 
-def regrtest(python, tests, xml, jobs, cwd, timeout, **env):
-    """Run ``python -m test`` on tests; returns (rc, seconds, stderr tail)."""
+def regrtest(python, tests, xml, jobs, cwd, timeout, per_test=None, **env):
+    """Run ``python -m test`` on tests (all of them where empty); returns
+    (rc, seconds, stderr tail)."""
     cmd = [python, "-m", "test", "--junit-xml", xml, "-q"]
     if jobs:
         cmd += ["-j", str(jobs)]
+    if per_test:
+        cmd += ["--timeout", str(per_test)]
     t0 = time.time()
     p = subprocess.run(cmd + list(tests), cwd=cwd, env=env_for(**env),
                        capture_output=True, text=True, timeout=timeout)
@@ -56,22 +69,31 @@ def regrtest(python, tests, xml, jobs, cwd, timeout, **env):
 
 
 def outcomes(xml):
-    """{(module, testcase id): outcome} from a regrtest junit file."""
+    """{(test module, testcase id): outcome} from a regrtest junit file.
+    regrtest writes one <testsuite> per test module, unnamed, and the
+    dotted test id as the case's "name"; a doctest's id is the module it
+    tests ("json"), so a suite's test module is the one its "test.X" ids
+    name most."""
     out = {}
     root = ET.parse(xml).getroot()
-    for case in root.iter("testcase"):
-        # regrtest writes the dotted test id as "name" (no "classname").
-        name = ".".join(filter(None, (case.get("classname"), case.get("name"))))
-        mod = name.split(".")[1] if name.startswith("test.") else name.split(".")[0]
-        status = "pass"
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                status = child.tag
-        key, n = (mod, name), 1
-        while key in out:          # subtests repeat their test's id
-            n += 1
-            key = (mod, f"{name}#{n}")
-        out[key] = status
+    for suite in root.iter("testsuite"):
+        cases = []
+        for case in suite.iter("testcase"):
+            name = ".".join(filter(None, (case.get("classname"), case.get("name"))))
+            status = "pass"
+            for child in case:
+                if child.tag in ("failure", "error", "skipped"):
+                    status = child.tag
+            cases.append((name, status))
+        named = collections.Counter(n.split(".")[1] for n, _ in cases
+                                    if n.startswith("test.") and n.count(".") >= 1)
+        for name, status in cases:
+            mod = named.most_common(1)[0][0] if named else name.split(".")[0]
+            key, n = (mod, name), 1
+            while key in out:          # subtests repeat their test's id
+                n += 1
+                key = (mod, f"{name}#{n}")
+            out[key] = status
     return out
 
 
@@ -86,10 +108,13 @@ def served_probe(python, archive, cwd, test):
         [ln for ln in lines if ln.startswith("[pycds] warning")]
 
 
-def compare(python, tests, workdir, jobs=2, timeout=3600, log=print, release="1"):
-    """Run the three steps; returns a dict of results.  ``release``: the
-    SHARE run's PYCDSRELEASE (``protect`` makes any use of memory given back
-    after a module body ran fault at once)."""
+def compare(python, tests, workdir, jobs=2, timeout=3600, log=print, release="1",
+            per_test=None, probe=None):
+    """Run the three steps; returns a dict of results.  ``tests`` empty: the
+    whole suite.  ``release``: the SHARE run's PYCDSRELEASE (``protect``
+    makes any use of memory given back after a module body ran fault at
+    once).  ``probe``: the test module the served count is taken from
+    (default: the first of ``tests``)."""
     arch = os.path.join(workdir, "regrtest.img")
     res = {}
     for step, env, j in (("plain", {}, jobs),
@@ -97,7 +122,7 @@ def compare(python, tests, workdir, jobs=2, timeout=3600, log=print, release="1"
                          ("share", {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": arch,
                                     "PYCDSRELEASE": release}, jobs)):
         xml = os.path.join(workdir, f"{step}.xml")
-        rc, dt, tail = regrtest(python, tests, xml, j, workdir, timeout, **env)
+        rc, dt, tail = regrtest(python, tests, xml, j, workdir, timeout, per_test, **env)
         res[step] = {"rc": rc, "seconds": dt, "tail": tail,
                      "cases": outcomes(xml) if os.path.exists(xml) else {}}
         log(f"{step:6s} rc={rc} {dt:6.1f}s cases={len(res[step]['cases'])}")
@@ -117,8 +142,43 @@ def compare(python, tests, workdir, jobs=2, timeout=3600, log=print, release="1"
                              "skipped": 0, "differ": 0})["differ"] += 1
     res["per_module"] = per
     res["archive_bytes"] = os.path.getsize(arch)
-    res["served"], res["warnings"] = served_probe(python, arch, workdir, tests[0])
+    res["probe"] = probe or tests[0]
+    res["served"], res["warnings"] = served_probe(python, arch, workdir, res["probe"])
     return res
+
+
+def recheck(python, res, workdir, times, release="1", log=print):
+    """Run each test module with a differing case ``times`` more times
+    alone, plain and SHARE (with the same archive); returns
+    {(module, case): (plain outcomes seen, SHARE outcomes seen, verdict)},
+    the verdict "unstable" where plain Python itself gave more than one
+    outcome (the first run included), else "pycds" where a SHARE rerun gave
+    one plain never did, else "agree" (the difference did not come back)."""
+    arch = os.path.join(workdir, "regrtest.img")
+    seen = {}           # case: (plain outcomes, SHARE outcomes of the reruns)
+    first = {k: a for k, a, _ in res["diffs"]}
+    for mod in sorted({k[0] for k in first}):
+        for k in first:
+            if k[0] == mod:
+                seen[k] = (set(), set())
+        for i in range(times):
+            for side, env in (("plain", {}), ("share", {"PYCDSMODE": "SHARE",
+                                                        "PYCDSARCHIVE": arch,
+                                                        "PYCDSRELEASE": release})):
+                xml = os.path.join(workdir, f"recheck-{mod}-{side}-{i}.xml")
+                rc, dt, _ = regrtest(python, [mod], xml, 0, workdir, 3600,
+                                     PER_TEST_TIMEOUT, **env)
+                cases = outcomes(xml) if os.path.exists(xml) else {}
+                for k in seen:
+                    if k[0] == mod:
+                        seen[k][side == "share"].add(cases.get(k))
+                log(f"recheck {mod} {side} #{i + 1}: rc={rc} {dt:.1f}s")
+    out = {}
+    for k, (p, s) in seen.items():
+        p.add(first[k])
+        verdict = "unstable" if len(p) > 1 else "pycds" if s - p else "agree"
+        out[k] = (sorted(map(str, p)), sorted(map(str, s)), verdict)
+    return out
 
 
 def main(argv=None):
@@ -130,11 +190,20 @@ def main(argv=None):
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--release", default="1", choices=["0", "1", "protect"],
                     help="PYCDSRELEASE of the SHARE run (default 1)")
+    ap.add_argument("--all", action="store_true",
+                    help="every test module regrtest runs by default")
+    ap.add_argument("--recheck", type=int, default=0, metavar="N",
+                    help="rerun modules with a differing case N times alone")
     args = ap.parse_args(argv)
-    tests = FAST if args.fast else args.tests
+    tests = [] if args.all else FAST if args.fast else args.tests
     workdir = args.workdir or tempfile.mkdtemp(prefix="pycds-regrtest-")
     os.makedirs(workdir, exist_ok=True)
-    res = compare(args.python, tests, workdir, args.jobs, release=args.release)
+    if args.all:
+        res = compare(args.python, [], workdir, args.jobs, timeout=12 * 3600,
+                      release=args.release, per_test=PER_TEST_TIMEOUT,
+                      probe="test_json")
+    else:
+        res = compare(args.python, tests, workdir, args.jobs, release=args.release)
     print(f"{'module':20s} {'cases':>6s} {'pass':>6s} {'fail':>5s} {'error':>5s} "
           f"{'skip':>5s} {'differ':>6s}")
     for mod, d in sorted(res["per_module"].items()):
@@ -142,11 +211,20 @@ def main(argv=None):
               f"{d['error']:5d} {d['skipped']:5d} {d['differ']:6d}")
     for key, a, b in res["diffs"]:
         print(f"DIFF {key[1]}: plain={a} share={b}")
-    print(f"archive_bytes={res['archive_bytes']} served_in_{tests[0]}={res['served']} "
+    real = len(res["diffs"])
+    if args.recheck and res["diffs"]:
+        checked = recheck(args.python, res, workdir, args.recheck, args.release)
+        for key, (p, s, verdict) in sorted(checked.items()):
+            print(f"RECHECK {key[1]}: plain={','.join(p)} share={','.join(s)} {verdict}")
+        real = sum(1 for v in checked.values() if v[2] != "unstable")
+    cases = len(res["plain"]["cases"])
+    print(f"cases={cases} archive_bytes={res['archive_bytes']} "
+          f"served_in_{res['probe']}={res['served']} "
           f"warnings={len(res['warnings'])} plain_rc={res['plain']['rc']} "
-          f"share_rc={res['share']['rc']} differ={len(res['diffs'])}")
-    ok = not res["diffs"] and res["served"] > 0 and not res["warnings"] \
-        and res["plain"]["rc"] == res["share"]["rc"]
+          f"share_rc={res['share']['rc']} differ={len(res['diffs'])} "
+          f"not_unstable={real}")
+    ok = real == 0 and res["served"] > 0 and not res["warnings"] \
+        and (res["plain"]["rc"] == res["share"]["rc"] or not real)
     return 0 if ok else 1
 
 
