@@ -161,6 +161,8 @@ class Model:
         ents = data[h.entries_off:h.entries_off + h.entries_len]
         while off + 12 <= len(ents):
             length = int.from_bytes(ents[off:off + 4], "little")
+            if length < 12:
+                raise ValueError(f"index entry at {off} is {length} bytes")
             self.entries.append(_archive.ModuleEntry(*marshal.loads(ents[off + 12:off + length])))
             off += length
         self.heap = bytearray(data[h.heap_off:h.heap_off + h.heap_len])

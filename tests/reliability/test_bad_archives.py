@@ -324,6 +324,18 @@ class TestStructuralChecks:
         reason = refused(share(work, path), plain, path)
         assert "relocation target" in reason, reason
 
+    @pytest.mark.parametrize("delta", [1, 3, -2])
+    def test_a_misaligned_external_target_is_refused_at_relocation(
+            self, base_archive, archive_dir, delta):
+        # Inside the interpreter image but not at an object's start (the
+        # deep check then read its type through a misaligned pointer:
+        # found by scripts/fuzz_coverage.py under UBSan).  No PYCDSVERIFY.
+        work, _, data, plain, _ = base_archive
+        path = _write(archive_dir / "x.img", self._resigned(
+            data, lambda m, e: _shift_slot(m, e, 1, delta)))
+        reason = refused(share(work, path), plain, path)
+        assert "external relocation outside the interpreter or misaligned" in reason, reason
+
     def test_negative_module_number_says_so(self, base_archive, archive_dir):
         work, _, data, plain, _ = base_archive
         path = _write(archive_dir / "n.img",
@@ -402,6 +414,28 @@ class TestObjectFields:
         assert len(found) == 1
         reason = refused(share(work, path, PYCDSVERIFY=1), plain, path)
         assert "str with per-process state" in reason, reason
+
+    @pytest.mark.parametrize("which", ["module code (tail)", "function code (head)",
+                                       "constants tuple"])
+    def test_reference_count(self, base_archive, archive_dir, which):
+        """A count below the writer's lets the program free archive memory:
+        scripts/fuzz_coverage.py found a bad free of a module code object
+        whose count was 0."""
+        work, _, data, plain, _ = base_archive
+
+        def mutate(m, e):
+            if which.startswith("module"):
+                off = e.root_off
+            elif which.startswith("function"):
+                off = fuzz_archive.nested_code(m, e, e.root_off)[0][1]
+            else:
+                off = fuzz_archive.internal_target(
+                    m, e, e.root_off + fuzz_archive.code_layout()["co_consts"])
+            o = e.chunk_off + off
+            m.heap[o:o + 8] = (1).to_bytes(8, "little")
+        path = _write(archive_dir / "r.img", self._mutated(data, mutate))
+        reason = refused(share(work, path, PYCDSVERIFY=1), plain, path)
+        assert "wrong reference count" in reason, reason
 
     def test_the_offsets_are_this_interpreters(self, base_archive):
         # The module code object read at the offsets the mutations use has

@@ -525,6 +525,12 @@ pycds_layout_tail_refcnt(void)
     return PYCDS_TAIL_REFCNT;
 }
 
+Py_ssize_t
+pycds_layout_refcnt(int in_tail)
+{
+    return in_tail ? PYCDS_TAIL_REFCNT : PYCDS_HEAD_REFCNT;
+}
+
 #ifndef PYCDS_LAYOUT_HAS_RELEASE_HOOKS
 /* 3.10, 3.11: a code object may go unless a weak reference or co_extra
  * data (PEP 523) refers to it.  Nothing else of the interpreter refers to

@@ -173,6 +173,10 @@ int pycds_layout_after_load(PyObject *root);
 /* The reference count of a chunk's tail objects as written (writer.c):
  * one more means somebody holds the object. */
 Py_ssize_t pycds_layout_tail_refcnt(void);
+/* The reference count the writer gives every object of a chunk's head
+ * (in_tail 0) or tail (set_refcnt): a smaller one would let the program
+ * free archive memory (PYCDSVERIFY=1 checks it). */
+Py_ssize_t pycds_layout_refcnt(int in_tail);
 /* Nonzero if a chunk's tail holds nothing but objects (3.10's raw
  * co_cell2arg data is not one: no memory is given back on 3.10). */
 int pycds_layout_tail_walkable(void);

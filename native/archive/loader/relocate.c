@@ -111,9 +111,12 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n,
             break;
         case PYCDS_RELOC_EXTERNAL:
             v = (uint64_t)(anchor + (uintptr_t)(int64_t)v);
-            if (!pycds_image_contains((const void *)(uintptr_t)v, sizeof(PyObject))) {
+            /* (Static objects are aligned as any object.) */
+            if (!pycds_image_contains((const void *)(uintptr_t)v, sizeof(PyObject))
+                || v % _Alignof(PyObject) != 0) {
                 return pycds_fail(PYCDS_E_CORRUPT,
-                                  "external relocation outside the interpreter");
+                                  "external relocation outside the interpreter "
+                                  "or misaligned");
             }
             break;
         default:

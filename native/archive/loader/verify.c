@@ -158,6 +158,10 @@ check_target(verifier *v, PyObject *p, PyTypeObject *want)
     if (v->seen[off / 8]) {
         return PYCDS_OK;      /* checked when first reached */
     }
+    if (Py_REFCNT(p) != pycds_layout_refcnt(off >= v->p->root_off)) {
+        return pycds_fail(PYCDS_E_CORRUPT, "object at %llu has a wrong reference "
+                          "count", (unsigned long long)off);
+    }
     /* The types a chunk holds (layout.c copies no others). */
     if (!(t == &PyUnicode_Type || t == &PyTuple_Type || t == &PyBytes_Type
           || t == &PyCode_Type || t == &PyLong_Type || t == &PyFloat_Type

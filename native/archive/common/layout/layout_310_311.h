@@ -16,6 +16,7 @@
     "gc=" PYCDS_STR(SIZEOF_VOID_P)
 
 #define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
+#define PYCDS_HEAD_REFCNT PYCDS_REFCNT
 #define PYCDS_TAIL_REFCNT PYCDS_REFCNT     /* the same for tail objects */
 
 static void

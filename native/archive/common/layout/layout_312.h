@@ -109,13 +109,14 @@
  * 2^30, far below the 2^31 where _Py_IsImmortal() would say immortal;
  * Py_DECREF subtracts from the whole word. */
 #define PYCDS_TAIL_REFCNT (((Py_ssize_t)1 << 60) + ((Py_ssize_t)1 << 30))
+#define PYCDS_HEAD_REFCNT _Py_IMMORTAL_REFCNT
 
 static void
 set_refcnt(pycds_writer *w, uint64_t off)
 {
     PyObject *copy = (PyObject *)pycds_w_at(w, off);
     copy->ob_refcnt = pycds_w_in_tail(w, off) ? PYCDS_TAIL_REFCNT
-                                              : _Py_IMMORTAL_REFCNT;
+                                              : PYCDS_HEAD_REFCNT;
 }
 
 /* A code object may go only if nothing refers to it without a reference
