@@ -25,6 +25,7 @@ directory at the end.
 import argparse
 import collections
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -216,7 +217,9 @@ def main(argv=None):
     print(f"{args.minutes:g} min: {s.get('DUMP runs', 0)} DUMP and "
           f"{s.get('SHARE runs', 0)} SHARE runs, {res['edits']} edits, "
           f"{s.get('SHARE app modules served', 0)} app modules served to SHARE runs; "
-          f"{len(res['failures'])} failures")
+          f"{len(res['failures'])} failures; {len(res['left'])} temporary files left")
+    if not args.workdir and not res["failures"]:
+        shutil.rmtree(workdir, ignore_errors=True)      # (kept when something failed)
     return 1 if res["failures"] else 0
 
 

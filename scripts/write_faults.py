@@ -278,6 +278,8 @@ def main(argv=None):
               f"{len(plan)} faults injected, {len(failed)} failed; "
               f"{args.kills} random kills over {span * 1000:.0f} ms, "
               f"{len(killed)} failed ({time.monotonic() - t0:.0f} s)")
+    if not args.workdir and not total_bad:
+        shutil.rmtree(workdir, ignore_errors=True)      # (kept when something failed)
     return 1 if total_bad else 0
 
 
