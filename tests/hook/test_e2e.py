@@ -1205,6 +1205,21 @@ class TestModes:
         assert (r.rc, r.out) == (0, "ok\n") and not r.warnings(), r
         assert "json" in r.served(), r
 
+    def test_dev_mode_extension_import_first(self, tmp_path):
+        """CPython's test_cmd_line test_xdev: under -X dev the first archived
+        import is encodings.ascii, looked up while an extension loads; the
+        native load looks the codec up again.  It found this import's module
+        still empty in sys.modules ("archive ignored: unknown encoding:
+        ascii"); the native module is now opened before that module exists."""
+        code = "import _testcapi, json; print(json.dumps([1]))"
+        img = str(tmp_path / "a.img")
+        plain = run_python(["-X", "dev", "-c", code], cwd=tmp_path)
+        run_python(["-X", "dev", "-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        r = run_python(["-X", "dev", "-c", code], cwd=tmp_path, PYCDSMODE="SHARE",
+                       PYCDSARCHIVE=img, PYCDSVERBOSE=1, timeout=60)
+        assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "[1]\n") and not r.warnings(), r
+        assert "json" in r.served(), r
+
     def test_api_dump_in_a_share_run_archives_served_modules(self, tmp_path):
         """Modules served from an archive (pycds.finder.ArchivedCode) are archived
         by a dump in the same process like the others."""
