@@ -520,12 +520,6 @@ pycds_layout_tail_walkable(void)
 }
 
 Py_ssize_t
-pycds_layout_tail_refcnt(void)
-{
-    return PYCDS_TAIL_REFCNT;
-}
-
-Py_ssize_t
 pycds_layout_refcnt(int in_tail)
 {
     return in_tail ? PYCDS_TAIL_REFCNT : PYCDS_HEAD_REFCNT;

@@ -170,12 +170,10 @@ int pycds_layout_use_singleton(PyObject **slot);
  * for each code object reachable from root (3.12+: draw co_version, tell
  * the code watchers).  Layouts that need none get layout.c's no-op. */
 int pycds_layout_after_load(PyObject *root);
-/* The reference count of a chunk's tail objects as written (writer.c):
- * one more means somebody holds the object. */
-Py_ssize_t pycds_layout_tail_refcnt(void);
 /* The reference count the writer gives every object of a chunk's head
  * (in_tail 0) or tail (set_refcnt): a smaller one would let the program
- * free archive memory (PYCDSVERIFY=1 checks it). */
+ * free archive memory (PYCDSVERIFY=1 checks it); one more on a tail
+ * object means somebody holds it (release.c). */
 Py_ssize_t pycds_layout_refcnt(int in_tail);
 /* Nonzero if a chunk's tail holds nothing but objects (3.10's raw
  * co_cell2arg data is not one: no memory is given back on 3.10). */

@@ -6,7 +6,7 @@
  * then found already interned.  In an archive those bytes sit in the
  * module's chunk.  The writer puts them last, in the chunk's tail (writer.c:
  * from root_off to the end) and gives tail objects a known mortal reference
- * count (pycds_layout_tail_refcnt).  After the module body has run (the
+ * count (pycds_layout_refcnt).  After the module body has run (the
  * finder calls pycds_archive_release on the next import), with the GIL held
  * so that no reference count moves:
  *
@@ -163,7 +163,7 @@ target(uint8_t *tail, uint64_t len, tail_obj *v, size_t n, PyObject *child,
 static int
 mark_alive(uint8_t *tail, uint64_t len, tail_obj *v, size_t n)
 {
-    Py_ssize_t base = pycds_layout_tail_refcnt();
+    Py_ssize_t base = pycds_layout_refcnt(1);
     const pycds_code_field *fields;
     size_t nfields = pycds_layout_code_fields(&fields);
     size_t *stack = malloc((n ? n : 1) * sizeof(size_t));
