@@ -33,6 +33,7 @@ stops; ``--minimize DIR`` merges the corpus into DIR (libFuzzer's
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,16 +90,19 @@ lam = lambda x: x + BIG  # noqa: E731
 
 def sanitizer_env(python):
     """The environment a sanitizer build runs in: atheris's ASan runtime
-    (with libFuzzer) preloaded, every report fatal, and an allocation of
-    more than 1 GiB failing (MemoryError, a refusal) rather than counted
-    as a finding: the re-signing's marshal reads entries that may ask
-    for any size."""
+    (with libFuzzer) preloaded, every report fatal, Python's objects taken
+    from malloc (``PYTHONMALLOC=malloc``: ASan then sees a write into a
+    freed or overrun object where it happens, not when pymalloc next reads
+    its free list), and an allocation of more than 1 GiB failing
+    (MemoryError, a refusal) rather than counted as a finding: the
+    re-signing's marshal reads entries that may ask for any size."""
     where = subprocess.run([python, "-c", "import atheris; print(atheris.path())"],
                            capture_output=True, text=True, check=True).stdout.strip()
     return {"LD_PRELOAD": os.path.join(where, "asan_with_fuzzer.so"),
             "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1:"
                             "max_allocation_size_mb=1024",
-            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+            "PYTHONMALLOC": "malloc"}
 
 
 def seed_archive(python, workdir):
@@ -240,13 +244,35 @@ def fuzz_main(argv):
         import pycds._archive  # noqa: F401
         import pycds._nativeapi  # noqa: F401
         import fuzz_archive  # noqa: F401
-    # (tmpfs where there is one: a file per input)
+    # The parent's directory (libFuzzer exits without running atexit), or
+    # one of its own when run alone.
+    harness = Harness(os.environ.get(WORK_VAR) or work_dir())
+    atheris.Setup(argv, harness.one)
+    atheris.Fuzz()
+
+
+WORK_VAR = "PYCDS_COVFUZZ_WORK"
+
+
+def report(lines, path):
+    """Print a failed round's finding: the sanitizer's or libFuzzer's report
+    from its first line (the top of the stack), the whole output kept at
+    ``path``."""
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    first = next((i for i, ln in enumerate(lines)
+                  if "ERROR: " in ln or "runtime error:" in ln), max(0, len(lines) - 60))
+    print("\n".join(lines[first:first + 60]), flush=True)
+    print(f"(the round's whole output: {path})", flush=True)
+
+
+def work_dir():
+    """A private directory for the inputs' files (tmpfs where there is one:
+    a file per input)."""
     work = tempfile.mkdtemp(prefix="pycds-covfuzz-",
                             dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     os.chmod(work, 0o700)
-    harness = Harness(work)
-    atheris.Setup(argv, harness.one)
-    atheris.Fuzz()
+    return work
 
 
 def timeouts_unreproduced(me, arts, before, timeout):
@@ -285,10 +311,22 @@ def main(argv=None):
     if args.asan:
         os.environ.update(sanitizer_env(args.python))
     if not os.path.isdir(corpus) or not os.listdir(corpus):
-        n = write_seeds(args.python, corpus, tempfile.mkdtemp(prefix="pycds-covseed-"))
+        seeds = tempfile.mkdtemp(prefix="pycds-covseed-")
+        try:
+            n = write_seeds(args.python, corpus, seeds)
+        finally:
+            shutil.rmtree(seeds, ignore_errors=True)
         print(f"seed archive: {n} bytes", flush=True)
     if args.seed_only:
         return 0
+    work = os.environ[WORK_VAR] = work_dir()
+    try:
+        return run_rounds(args, corpus)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_rounds(args, corpus):
     arts = os.path.abspath(args.artifacts or os.path.dirname(corpus)) + "/"
     me = [args.python, os.path.abspath(__file__), "--corpus", corpus, "--libfuzzer"]
     if args.minimize:
@@ -309,7 +347,7 @@ def main(argv=None):
         print(f"round {r + 1}/{args.rounds}: rc={p.returncode} " + "; ".join(stats),
               flush=True)
         if p.returncode != 0 and not timeouts_unreproduced(me, arts, before, args.timeout):
-            print("\n".join(tail[-60:]), flush=True)
+            report(tail, os.path.join(arts, f"round-{r + 1}.log"))
             status = 1
             break
         done += per_round

@@ -150,8 +150,10 @@ def setup(workdir):
     return pkg, os.path.join(adir, "app.img")
 
 
-def soak(python, workdir, minutes, dumpers, sharers, every, log=print):
-    """Run the soak; returns a dict of counts and the failures."""
+def soak(python, workdir, minutes, dumpers, sharers, every, log=print, runs_at_least=0):
+    """Run the soak; returns a dict of counts and the failures.  With
+    ``runs_at_least``, each loop goes on past ``minutes`` (up to 10 times as
+    long) until it has made that many runs: a slow machine still soaks."""
     pkg, archive = setup(workdir)
     first = subprocess.run([python, "main.py"], cwd=workdir, capture_output=True,
                            text=True, env=clean_env(PYCDSMODE="DUMP", PYCDSARCHIVE=archive))
@@ -162,11 +164,14 @@ def soak(python, workdir, minutes, dumpers, sharers, every, log=print):
     stats = collections.Counter()
     failures = []
     lock = threading.Lock()
-    deadline = time.monotonic() + minutes * 60
+    start = time.monotonic()
+    deadline, last = start + minutes * 60, start + minutes * 600
 
     def loop(mode):
         env = clean_env(PYCDSMODE=mode, PYCDSARCHIVE=archive, PYCDSVERBOSE="1")
-        while time.monotonic() < deadline:
+        runs = 0
+        while time.monotonic() < (deadline if runs >= runs_at_least else last):
+            runs += 1
             t0 = time.monotonic()
             p = subprocess.run([python, "main.py"], cwd=workdir, env=env,
                                capture_output=True, text=True, timeout=600)

@@ -415,6 +415,32 @@ class TestObjectFields:
         reason = refused(share(work, path, PYCDSVERIFY=1), plain, path)
         assert "str with per-process state" in reason, reason
 
+    @pytest.mark.parametrize("opname", ["INSTRUMENTED_LINE", "ENTER_EXECUTOR", "CACHE",
+                                        "RESUME_CHECK"])
+    def test_bytecode(self, base_archive, archive_dir, opname):
+        """An instruction a fresh code object never holds, as the module
+        code's second (its first, RESUME, the first-traceable count checks
+        already): scripts/fuzz_coverage.py found on 3.13 that reading
+        co_code of a code object with INSTRUMENTED_LINE follows its NULL
+        _co_monitoring (SEGV).  Checked on 3.12+, whose bytecode the
+        interpreter instruments and specialises in place."""
+        import opcode
+        if sys.version_info < (3, 12):
+            pytest.skip("3.10 and 3.11 have no instrumented bytecode")
+        ops = {**opcode.opmap, **getattr(opcode, "_specialized_opmap", {})}
+        if opname not in ops:
+            pytest.skip(f"no {opname} in this CPython")
+        work, _, data, plain, _ = base_archive
+        at = fuzz_archive.code_layout()["co_code_adaptive"]
+
+        def mutate(m, e):
+            o = e.chunk_off + e.root_off + at
+            assert m.heap[o] == opcode.opmap["RESUME"]
+            m.heap[o + 2] = ops[opname]
+        path = _write(archive_dir / "b.img", self._mutated(data, mutate))
+        reason = refused(share(work, path, PYCDSVERIFY=1), plain, path)
+        assert "bytecode holds an instruction unmarshal never makes" in reason, reason
+
     @pytest.mark.parametrize("which", ["module code (tail)", "function code (head)",
                                        "constants tuple"])
     def test_reference_count(self, base_archive, archive_dir, which):
