@@ -380,18 +380,19 @@ check_str(PyObject *op)
 }
 #endif
 
-#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
-/* 3.12's tables of inline cache sizes and of the base opcode of every
- * specialised one, from its own header (libpython does not export them):
- * bytecode_is_fresh() in layout_312.h. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+/* 3.11's and 3.12's tables of inline cache sizes and of the base opcode of
+ * every specialised one, from their own header (libpython does not export
+ * them): check_bytecode() below, bytecode_is_fresh() in layout_312.h. */
 #  define NEED_OPCODE_TABLES
-#  define _PyOpcode_Jump pycds_opcode_jump_312
-#  define _PyOpcode_Caches pycds_opcode_caches_312
-#  define _PyOpcode_Deopt pycds_opcode_deopt_312
+#  define _PyOpcode_RelativeJump pycds_opcode_relative_jump
+#  define _PyOpcode_Jump pycds_opcode_jump
+#  define _PyOpcode_Caches pycds_opcode_caches
+#  define _PyOpcode_Deopt pycds_opcode_deopt
 #  include "internal/pycore_opcode.h"
 #  undef NEED_OPCODE_TABLES
-#  define PYCDS_OPCODE_CACHES pycds_opcode_caches_312
-#  define PYCDS_OPCODE_DEOPT pycds_opcode_deopt_312
+#  define PYCDS_OPCODE_CACHES pycds_opcode_caches
+#  define PYCDS_OPCODE_DEOPT pycds_opcode_deopt
 #elif PY_VERSION_HEX >= 0x030D0000
 /* The same tables of 3.13, in its pycore_opcode_metadata.h, which defines
  * more with them (each renamed: libpython's are its own, not exported). */
@@ -408,6 +409,48 @@ check_str(PyObject *op)
 #  undef NEED_OPCODE_METADATA
 #  define PYCDS_OPCODE_CACHES pycds_opcode_caches_313
 #  define PYCDS_OPCODE_DEOPT pycds_opcode_deopt_313
+#endif
+
+#if PY_VERSION_HEX >= 0x030B0000
+/* Bytecode as a fresh code object has it (the writer's copy_code writes no
+ * other), checked under PYCDSVERIFY=1: every instruction its own base
+ * opcode (3.12: or a cache-less superinstruction _PyCode_Quicken writes);
+ * none instrumented (3.12+) nor ENTER_EXECUTOR (3.13), which read
+ * _co_monitoring and co_executors, NULL here; no CACHE or unknown opcode as
+ * an instruction; the inline caches inside the code.  Even reading co_code
+ * relies on that: deopt_code (Objects/codeobject.c, 3.11-3.13) follows
+ * those pointers and zeroes caches past the end of a code that cuts them
+ * short. */
+static int
+check_bytecode(PyCodeObject *co)
+{
+    const _Py_CODEUNIT *code = _PyCode_CODE(co);
+    Py_ssize_t n = Py_SIZE(co);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int op = _Py_OPCODE(code[i]);
+        int base = PYCDS_OPCODE_DEOPT[op];
+        int caches = PYCDS_OPCODE_CACHES[base];
+        if (base == CACHE || caches > n - 1 - i
+#  if PY_VERSION_HEX >= 0x030C0000
+            || op >= MIN_INSTRUMENTED_OPCODE
+#  endif
+#  if PY_VERSION_HEX >= 0x030D0000
+            || op == ENTER_EXECUTOR
+#  endif
+#  if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+            || (op != base && caches != 0)
+#  else
+            || op != base
+#  endif
+            ) {
+            return pycds_fail(PYCDS_E_CORRUPT, "code object bytecode holds an "
+                              "instruction unmarshal never makes (opcode %d at %zd)",
+                              op, i);
+        }
+        i += caches;
+    }
+    return PYCDS_OK;
+}
 #endif
 
 #if PY_VERSION_HEX >= 0x030C0000

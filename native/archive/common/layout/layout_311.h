@@ -139,5 +139,8 @@ check_code(const pycds_place *p, PyCodeObject *co)
     if (rc == PYCDS_OK && co->co_nplaincellvars != nplain) {
         rc = pycds_fail(PYCDS_E_CORRUPT, "code object counts do not match its locals");
     }
+    if (rc == PYCDS_OK) {
+        rc = check_bytecode(co);
+    }
     return rc;
 }

@@ -199,38 +199,6 @@ check_str(PyObject *op)
     return PYCDS_OK;
 }
 
-/* Bytecode as a fresh code object has it (copy_code writes no other):
- * every instruction its own base opcode, or on 3.12 a cache-less
- * superinstruction _PyCode_Quicken writes; none instrumented, nor 3.13's
- * ENTER_EXECUTOR, which read _co_monitoring and co_executors (NULL here):
- * even reading co_code follows them (deopt_code, Objects/codeobject.c);
- * no CACHE or unknown opcode as an instruction; inline caches inside the
- * code. */
-static int
-check_bytecode(PyCodeObject *co)
-{
-    const _Py_CODEUNIT *code = _PyCode_CODE(co);
-    Py_ssize_t n = Py_SIZE(co);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int op = code[i].op.code;
-        int base = PYCDS_OPCODE_DEOPT[op];
-        int caches = PYCDS_OPCODE_CACHES[base];
-        if (op >= MIN_INSTRUMENTED_OPCODE || base == CACHE
-#if PYCDS_313
-            || op != base || op == ENTER_EXECUTOR
-#else
-            || (op != base && caches != 0)
-#endif
-            || caches > n - 1 - i) {
-            return pycds_fail(PYCDS_E_CORRUPT, "code object bytecode holds an "
-                              "instruction unmarshal never makes (opcode %d at %zd)",
-                              op, i);
-        }
-        i += caches;
-    }
-    return PYCDS_OK;
-}
-
 static int
 check_code(const pycds_place *p, PyCodeObject *co)
 {
