@@ -607,19 +607,6 @@ class CDSFinder:
                 # listing replayed from the dump may be out of date.
                 spec = PathFinder.find_spec(fullname, path, target)
             return spec
-        if archive._native is None and sys.flags.dev_mode:
-            # Under -X dev, loading an extension (the native module) looks
-            # up the ascii codec: opened here, before this module's object
-            # exists, a nested import of this very module (encodings.ascii)
-            # is a whole plain one, not the empty module of this import.
-            try:
-                if archive._open_native() is None and archive._opener == _thread.get_ident():
-                    _fallback(fullname, "imported while the native module loads")
-                    return spec
-            except Exception as e:
-                if program_raised(e):
-                    raise
-                # (load_code says why, opening it again)
         if st is None:    # (not stat'ed: PYCDSCHECK=unchecked)
             mtime_ns, size = entry.mtime_ns, entry.size
         else:
@@ -690,6 +677,18 @@ def install(config):
         return None
     finder = CDSFinder(_Archive(index, config.check, config.verify,
                                 config.prefetch, config.release))
+    if sys.flags.dev_mode:
+        # Under -X dev, loading an extension (the native module) looks up
+        # the ascii codec, importing encodings.ascii: opened now, before
+        # the finder is on sys.meta_path, that import is a plain one, not
+        # one nested in the import of an archived module (encodings.ascii
+        # itself, whose module would be empty, or run twice).
+        try:
+            finder.archive._open_native()
+        except Exception as e:
+            if program_raised(e):
+                raise
+            # (load_code says why, opening it again)
     meta_path = sys.meta_path
     try:
         at = meta_path.index(PathFinder)

@@ -1210,15 +1210,24 @@ class TestModes:
         import is encodings.ascii, looked up while an extension loads; the
         native load looks the codec up again.  It found this import's module
         still empty in sys.modules ("archive ignored: unknown encoding:
-        ascii"); the native module is now opened before that module exists."""
+        ascii"), and once the native module was opened there, importlib ran
+        encodings.ascii twice (a finder's nested import completed it).  Under
+        -X dev the native module is opened at start-up, before the finder is
+        on sys.meta_path: encodings.ascii is imported once, as plainly."""
         code = "import _testcapi, json; print(json.dumps([1]))"
         img = str(tmp_path / "a.img")
-        plain = run_python(["-X", "dev", "-c", code], cwd=tmp_path)
+        flags = ["-X", "dev", "-X", "importtime", "-c", code]
+        plain = run_python(flags, cwd=tmp_path)
         run_python(["-X", "dev", "-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
-        r = run_python(["-X", "dev", "-c", code], cwd=tmp_path, PYCDSMODE="SHARE",
+        r = run_python(flags, cwd=tmp_path, PYCDSMODE="SHARE",
                        PYCDSARCHIVE=img, PYCDSVERBOSE=1, timeout=60)
         assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "[1]\n") and not r.warnings(), r
         assert "json" in r.served(), r
+
+        def runs(run):    # -X importtime: one line per module body run
+            return sum(ln.rsplit("|", 1)[-1].strip() == "encodings.ascii"
+                       for ln in run.err.splitlines() if ln.startswith("import time:"))
+        assert runs(plain) == runs(r) == 1, (plain.err, r.err)
 
     def test_api_dump_in_a_share_run_archives_served_modules(self, tmp_path):
         """Modules served from an archive (pycds.finder.ArchivedCode) are archived

@@ -1,18 +1,23 @@
 """The coverage-guided fuzzer's findings and seeds, replayed (issue 26,
 target 4; scripts/fuzz_coverage.py, docs/reliability.md section 13).
 
-Each file of fuzz_corpus/ is one fuzzer input (its first byte the mode:
-raw, re-signed with PYCDSVERIFY=1, re-signed read by the index only),
-run by the fuzzer's own harness in a child interpreter: it must end
-normally.  The inputs are CPython 3.11 archives: another version refuses
-them as foreign, which is checked too.  Named findings, each fixed:
+Each file of fuzz_corpus/cpython-3.X/ is one fuzzer input of that CPython
+(its first byte the mode: raw, re-signed with PYCDSVERIFY=1, re-signed
+read by the index only), run by the fuzzer's own harness in a child
+interpreter: it must end normally.  Another version refuses the inputs as
+foreign, which is checked too.  Named findings, each fixed:
 
-* refcount-0-bad-free: a module code object's reference count 0, freed
-  by the program (PYCDSVERIFY=1 now checks every count);
-* external-target-misaligned: a static-object reference inside the
+* 3.11 refcount-0-bad-free: a module code object's reference count 0,
+  freed by the program (PYCDSVERIFY=1 now checks every count);
+* 3.11 external-target-misaligned: a static-object reference inside the
   interpreter but not at an object (the relocation pass now refuses it);
-* entry-length-5, marshal-huge-list: inputs the re-signing itself took
-  minutes or gigabytes on.
+* 3.11 entry-length-5, marshal-huge-list: inputs the re-signing itself
+  took minutes or gigabytes on;
+* 3.13 bytecode-pymalloc-corrupted, bytecode-instrumented-segv: code
+  objects holding an instrumented opcode or a CACHE unit as an
+  instruction, whose co_code (deopt_code) followed NULL _co_monitoring or
+  zeroed caches past the end of its bytes (PYCDSVERIFY=1 now checks the
+  bytecode).
 """
 
 import os
@@ -24,7 +29,9 @@ import pytest
 from conftest import ROOT, clean_env
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_corpus")
-INPUTS = sorted(os.listdir(CORPUS))
+INPUTS = sorted(f"{d}/{n}" for d in os.listdir(CORPUS)
+                for n in os.listdir(os.path.join(CORPUS, d)))
+HERE = "cpython-%d.%d" % sys.version_info[:2]
 
 REPLAY = r"""
 import os, sys, tempfile
@@ -34,13 +41,17 @@ h = fuzz_coverage.Harness(tempfile.mkdtemp())
 for path in sys.argv[2:]:
     with open(path, "rb") as f:
         h.one(f.read())
-    print("done", os.path.basename(path), flush=True)
+    print("done", os.path.basename(os.path.dirname(path)) + "/" + os.path.basename(path),
+          flush=True)
 """
 
 
 def test_the_corpus_holds_the_findings():
-    assert {"refcount-0-bad-free", "external-target-misaligned",
-            "seed-0", "seed-1", "seed-2"} <= set(INPUTS)
+    assert {"cpython-3.11/refcount-0-bad-free", "cpython-3.11/external-target-misaligned",
+            "cpython-3.13/bytecode-pymalloc-corrupted",
+            "cpython-3.13/bytecode-instrumented-segv"} <= set(INPUTS)
+    for d in ("cpython-3.11", "cpython-3.13"):
+        assert {f"{d}/seed-0", f"{d}/seed-1", f"{d}/seed-2"} <= set(INPUTS)
 
 
 @pytest.mark.parametrize("name", INPUTS)
@@ -51,7 +62,8 @@ def test_replay(name, tmp_path):
     assert (p.returncode, p.stdout) == (0, f"done {name}\n"), p.stderr[-3000:]
 
 
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the seeds are 3.11 archives")
+@pytest.mark.skipif(not os.path.isdir(os.path.join(CORPUS, HERE)),
+                    reason="no seeds of this CPython in the corpus")
 def test_the_seeds_load(tmp_path):
     # The seeds are served as they are: what the fuzzer mutates is a good archive.
     code = r"""
@@ -59,12 +71,14 @@ import sys
 from pycds import _archive, _nativeapi as N
 idx = _archive.Index.open(sys.argv[1])
 na = N.NativeArchive(idx.fd, idx.header, idx.meta.get("layout", ""), verify=True)
-print(sorted(na.load(e).co_name for e in idx.entries()))
+print(sorted(e.name for e in idx.entries()), {na.load(e).co_name for e in idx.entries()})
 """
     img = tmp_path / "seed.img"
-    with open(os.path.join(CORPUS, "seed-1"), "rb") as f:
+    with open(os.path.join(CORPUS, HERE, "seed-1"), "rb") as f:
         img.write_bytes(f.read()[1:])
     os.chmod(img, 0o644)
     p = subprocess.run([sys.executable, "-c", code, str(img)], capture_output=True,
                        text=True, timeout=120, env=clean_env(), cwd=str(tmp_path))
-    assert p.stdout == "['<module>', '<module>']\n", p.stderr[-2000:]
+    names, loaded = p.stdout.rsplit("] ", 1)
+    assert {"'fuzzseed'", "'fuzzseed.mod'"} <= set(names.strip("[").split(", ")), p
+    assert loaded == "{'<module>'}\n", p.stderr[-2000:]
