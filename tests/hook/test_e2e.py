@@ -1227,7 +1227,7 @@ class TestModes:
         def runs(run):    # -X importtime: one line per module body run
             return sum(ln.rsplit("|", 1)[-1].strip() == "encodings.ascii"
                        for ln in run.err.splitlines() if ln.startswith("import time:"))
-        assert runs(plain) == runs(r) == 1, (plain.err, r.err)
+        assert runs(r) == runs(plain), (plain.err, r.err)    # 3.11: 1 (2 before)
 
     def test_api_dump_in_a_share_run_archives_served_modules(self, tmp_path):
         """Modules served from an archive (pycds.finder.ArchivedCode) are archived
