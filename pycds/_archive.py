@@ -311,6 +311,7 @@ class Index:
         self._owned = True       # self.fd is ours to close (see adopt)
         self._reopen = fd < 0    # the first read opens the file (open's
                                  # out_of_the_way)
+        self._away = fd < 0      # opened out_of_the_way (see let_go)
 
     @classmethod
     def open(cls, path, check_owner=True, check_interpreter=True,
@@ -531,7 +532,20 @@ class Index:
             return fd
         os.close(fd)
         vars(self).update(vars(Index.open(self.path)))
+        self._away = True        # (that one's descriptor is let go as well)
         return self.fd
+
+    def let_go(self):
+        """Close the descriptor the first entry read opened, while no native
+        handle holds one (out of the program's way): the next read opens
+        the file again, as the first did.  For a lookup whose entry is not
+        kept (a start-up import left plain), so that until a module is
+        served SHARE holds no descriptor numbered where the program's own
+        opens land."""
+        if self._owned and self.fd >= 0 and self._away:
+            os.close(self.fd)
+            self.fd = -1
+            self._reopen = True
 
     def adopt(self, fd):
         """Read through ``fd`` from now on, a descriptor on the same file

@@ -566,6 +566,7 @@ class CDSFinder:
                 and _imported_by_interpreter()):
             archive.startup_plain_bytes += entry.chunk_len
             _counters["startup_plain"] += 1
+            archive.index.let_go()
             if _verbose:
                 _say(f"plain {fullname}: imported by the interpreter before the "
                      "native module was loaded", 1)

@@ -579,6 +579,24 @@ class TestTheProgramsDescriptors:
                 for env in ({}, {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": img})]
         assert runs[0].returncode == 0 and runs[0].stdout == runs[1].stdout, runs
 
+    def test_no_descriptor_after_start_up_imports_left_plain(self, tmp_path):
+        # CPython 3.13's whole test_subprocess under SHARE: fd_status.py's
+        # start-up imported the archived sitecustomize plainly, and the
+        # index lookup before that decision left the archive open at the
+        # lowest free number, where a closed pipe had been.
+        (tmp_path / "sitecustomize.py").write_text("X = 1\n")
+        (tmp_path / "status.py").write_text(self.LISTED + "print(listed())\n")
+        img = str(tmp_path / "a.img")
+        env = {"PYTHONPATH": str(tmp_path)}
+        assert run_python(["-c", "import sitecustomize, json"], cwd=tmp_path,
+                          PYCDSMODE="DUMP", PYCDSARCHIVE=img, **env).rc == 0
+        runs = [subprocess.run([sys.executable, "status.py"], cwd=tmp_path,
+                               env=clean_env(**env, **more), capture_output=True, text=True)
+                for more in ({}, {"PYCDSMODE": "SHARE", "PYCDSARCHIVE": img,
+                                  "PYCDSVERBOSE": "1"})]
+        assert "[pycds] plain sitecustomize" in runs[1].stderr, runs
+        assert runs[0].returncode == 0 and runs[0].stdout == runs[1].stdout, runs
+
     def test_pass_fds_as_cpython_tests_it(self, tmp_path):
         # test_subprocess.test_pass_fds: a SHARE child given one of ten
         # inheritable descriptors has none of the other nine.
