@@ -311,7 +311,6 @@ class Index:
         self._owned = True       # self.fd is ours to close (see adopt)
         self._reopen = fd < 0    # the first read opens the file (open's
                                  # out_of_the_way)
-        self._away = fd < 0      # opened out_of_the_way (see let_go)
 
     @classmethod
     def open(cls, path, check_owner=True, check_interpreter=True,
@@ -532,7 +531,6 @@ class Index:
             return fd
         os.close(fd)
         vars(self).update(vars(Index.open(self.path)))
-        self._away = True        # (that one's descriptor is let go as well)
         return self.fd
 
     def let_go(self):
@@ -542,7 +540,7 @@ class Index:
         kept (a start-up import left plain), so that until a module is
         served SHARE holds no descriptor numbered where the program's own
         opens land."""
-        if self._owned and self.fd >= 0 and self._away:
+        if self._owned and self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
             self._reopen = True

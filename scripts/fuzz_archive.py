@@ -252,8 +252,9 @@ _layout = None
 def code_layout():
     """``{name: offset}`` of this CPython's PyCodeObject fields that the
     mutations use (:data:`_CODE_FIELDS` and ``co_consts``, ``co_stacksize``,
-    ``co_flags``, ``co_firstlineno``; 3.11+ ``co_code_adaptive``), and of the str fields ``str.state``
-    (PyASCIIObject) and ``str.utf8`` (PyCompactUnicodeObject), read from
+    ``co_flags``, ``co_firstlineno``; 3.11+ ``co_code_adaptive``), and of
+    the str fields ``str.state`` (PyASCIIObject) and ``str.utf8``
+    (PyCompactUnicodeObject), read from
     the interpreter's own headers by compiling a few lines of C with the C
     compiler that builds extensions.  Raises RuntimeError without one."""
     global _layout
@@ -263,7 +264,8 @@ def code_layout():
     lines = [f'printf("{f} %zu\\n", offsetof(PyCodeObject, {f}));'
              for f in (*_COMMON, *ints, *ptrs)]
     if sys.version_info >= (3, 11):
-        lines.append('printf("co_code_adaptive %zu\\n", offsetof(PyCodeObject, co_code_adaptive));')
+        lines.append('printf("co_code_adaptive %zu\\n", '
+                     'offsetof(PyCodeObject, co_code_adaptive));')
     lines += ['printf("str.state %zu\\n", offsetof(PyASCIIObject, state));',
               'printf("str.utf8 %zu\\n", offsetof(PyCompactUnicodeObject, utf8));']
     src = ("#include <Python.h>\n#include <stddef.h>\n#include <stdio.h>\n"

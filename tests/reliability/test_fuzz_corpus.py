@@ -13,11 +13,11 @@ foreign, which is checked too.  Named findings, each fixed:
   interpreter but not at an object (the relocation pass now refuses it);
 * 3.11 entry-length-5, marshal-huge-list: inputs the re-signing itself
   took minutes or gigabytes on;
-* 3.13 bytecode-pymalloc-corrupted, bytecode-instrumented-segv: code
-  objects holding an instrumented opcode or a CACHE unit as an
-  instruction, whose co_code (deopt_code) followed NULL _co_monitoring or
-  zeroed caches past the end of its bytes (PYCDSVERIFY=1 now checks the
-  bytecode).
+* 3.13 bytecode-instrumented-opcode, bytecode-cache-unit: inputs the 3.13
+  fuzzing crashed on (a corrupted pymalloc free list; a SEGV reading
+  co_code, whose deopt_code follows NULL _co_monitoring and zeroes caches
+  past the end of its bytes), holding an instrumented opcode and a CACHE
+  unit as an instruction (PYCDSVERIFY=1 now checks the bytecode).
 """
 
 import os
@@ -48,8 +48,8 @@ for path in sys.argv[2:]:
 
 def test_the_corpus_holds_the_findings():
     assert {"cpython-3.11/refcount-0-bad-free", "cpython-3.11/external-target-misaligned",
-            "cpython-3.13/bytecode-pymalloc-corrupted",
-            "cpython-3.13/bytecode-instrumented-segv"} <= set(INPUTS)
+            "cpython-3.13/bytecode-instrumented-opcode",
+            "cpython-3.13/bytecode-cache-unit"} <= set(INPUTS)
     for d in ("cpython-3.11", "cpython-3.13"):
         assert {f"{d}/seed-0", f"{d}/seed-1", f"{d}/seed-2"} <= set(INPUTS)
 
