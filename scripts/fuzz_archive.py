@@ -46,6 +46,7 @@ output.
 """
 
 import argparse
+import collections
 import concurrent.futures
 import marshal
 import os
@@ -59,7 +60,6 @@ import time
 
 import cprobe
 from pycds import _archive
-from pycds import _writer as W
 from pycds import _nativeapi as N
 
 WARNING_PREFIX = "[pycds] warning: archive "
@@ -336,19 +336,22 @@ def _sections(data):
 
 
 def raw_mutations(data, rng, n):
-    """``n`` (label, bytes) raw mutants of ``data``."""
+    """At least ``n`` (label, bytes) raw mutants of ``data``, one at a time
+    (each is a whole archive)."""
     secs = _sections(data)
     names = sorted(secs)
-    out = []
+    count = 0
     # Truncations: 0, around every section boundary, and random lengths.
     cuts = {0, 1, 7, 8, _archive.HEADER_SIZE - 1, _archive.HEADER_SIZE, len(data) - 1}
     for off, length in secs.values():
         cuts.update({off, off + 1, off + length - 1, off + length})
     for c in sorted(x for x in cuts if 0 <= x < len(data)):
-        out.append((f"truncate:{c}", data[:c]))
-    out.append(("append:1", data + b"\0"))
-    out.append(("append:4096", data + bytes(4096)))
-    while len(out) < n:
+        yield f"truncate:{c}", data[:c]
+        count += 1
+    yield "append:1", data + b"\0"
+    yield "append:4096", data + bytes(4096)
+    count += 2
+    while count < n:
         kind = rng.choice(("flip", "flip", "flip", "range", "truncate", "zero"))
         sec = rng.choice(names)
         off, length = secs[sec]
@@ -373,10 +376,9 @@ def raw_mutations(data, rng, n):
             label = f"zero:{sec}:{pos}:{ln}"
         else:
             c = rng.randrange(len(data))
-            out.append((f"truncate:{c}", data[:c]))
-            continue
-        out.append((label, bytes(b)))
-    return out[:max(n, len(out))]
+            label, b = f"truncate:{c}", data[:c]
+        yield label, bytes(b)
+        count += 1
 
 
 def _ptr_slots(model, e):
@@ -387,10 +389,10 @@ def _ptr_slots(model, e):
 
 
 def resigned_mutations(data, rng, n, used):
-    """``n`` (label, bytes) structural mutants, re-signed.  ``used`` are the
+    """``n`` (label, bytes) structural mutants, re-signed, one at a time.  ``used`` are the
     module names the program imports (mutations target them so they are
     reached)."""
-    out = []
+    count = 0
     base = Model(data)
     names = [e.name for e in base.entries if e.name in used] or \
         [e.name for e in base.entries]
@@ -507,7 +509,7 @@ def resigned_mutations(data, rng, n, used):
               (header_field, 1), (meta_field, 1), (code_field, 2))
     pool = [f for f, w in makers for _ in range(w)]
     attempts = 0
-    while len(out) < n and attempts < 20 * n:
+    while count < n and attempts < 20 * n:
         attempts += 1
         m = Model(data)
         e = entry_of(m, rng.choice(names))
@@ -515,15 +517,20 @@ def resigned_mutations(data, rng, n, used):
         if label is None:
             continue
         try:
-            out.append(("resigned:" + label, m.to_bytes()))
+            blob = m.to_bytes()
         except (OverflowError, ValueError, MemoryError):
             continue
-    return out
+        yield "resigned:" + label, blob
+        count += 1
+
+
+def iter_mutations(data, rng, n_raw, n_resigned, used):
+    yield from raw_mutations(data, rng, n_raw)
+    yield from resigned_mutations(data, rng, n_resigned, used)
 
 
 def mutations(data, rng, n_raw, n_resigned, used):
-    return raw_mutations(data, rng, n_raw) + \
-        resigned_mutations(data, rng, n_resigned, used)
+    return list(iter_mutations(data, rng, n_raw, n_resigned, used))
 
 
 # ---- running the oracle -------------------------------------------------------
@@ -566,7 +573,8 @@ def check(label, rc, out, err, plain, path):
 
 
 def fuzz(python, mutants, workdir, jobs=2, timeout=30, keep=None):
-    """Run the program under SHARE with each mutant; returns Results."""
+    """Run the program under SHARE with each mutant (an iterable, consumed a
+    few at a time); returns Results."""
     plain = run(python, ["prog.py"], workdir)
     adir = tempfile.mkdtemp(prefix="pycds-fuzz-")
     os.chmod(adir, 0o755)
@@ -590,9 +598,16 @@ def fuzz(python, mutants, workdir, jobs=2, timeout=30, keep=None):
             shutil.move(path, os.path.join(keep, f"m{i}.img"))
         return res
 
+    results, pending = [], collections.deque()
     try:
         with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
-            return list(ex.map(one, enumerate(mutants)))
+            # At most 2 * jobs mutants in memory: each is a whole archive.
+            for item in enumerate(mutants):
+                pending.append(ex.submit(one, item))
+                if len(pending) >= 2 * jobs:
+                    results.append(pending.popleft().result())
+            results += [f.result() for f in pending]
+        return results
     finally:
         shutil.rmtree(adir, ignore_errors=True)
 
@@ -648,7 +663,7 @@ def main(argv=None):
     try:
         workdir, data, used = prepare(args.python, base)
         n_res = int(args.cases * args.resigned_share)
-        mutants = mutations(data, rng, args.cases - n_res, n_res, used)
+        mutants = iter_mutations(data, rng, args.cases - n_res, n_res, used)
         t0 = time.time()
         results = fuzz(args.python, mutants, workdir, args.jobs, keep=args.keep)
         dt = time.time() - t0

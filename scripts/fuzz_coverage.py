@@ -33,6 +33,7 @@ stops; ``--minimize DIR`` merges the corpus into DIR (libFuzzer's
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -252,6 +253,9 @@ def fuzz_main(argv):
 
 
 WORK_VAR = "PYCDS_COVFUZZ_WORK"
+# An executable that runs this harness: libFuzzer's -merge=1 starts its
+# inner processes as argv[0] with its own flags.
+SELF_VAR = "PYCDS_COVFUZZ_SELF"
 
 
 def report(lines, path):
@@ -306,7 +310,7 @@ def main(argv=None):
                     help="pycds is a PYCDS_SANITIZE build: preload atheris's ASan runtime")
     args, rest = ap.parse_known_args(argv)
     if rest and rest[0] == "--libfuzzer":
-        return fuzz_main([sys.argv[0]] + rest[1:])
+        return fuzz_main([os.environ.get(SELF_VAR, sys.argv[0])] + rest[1:])
     corpus = os.path.abspath(args.corpus)
     if args.asan:
         os.environ.update(sanitizer_env(args.python))
@@ -326,11 +330,23 @@ def main(argv=None):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def self_command(me):
+    """A shell script in the work directory that runs ``me`` with the
+    arguments it is given (set as the harness's argv[0])."""
+    path = os.path.join(os.environ[WORK_VAR], "harness.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in me) + ' "$@"\n')
+    os.chmod(path, 0o700)
+    os.environ[SELF_VAR] = path
+    return path
+
+
 def run_rounds(args, corpus):
     arts = os.path.abspath(args.artifacts or os.path.dirname(corpus)) + "/"
     me = [args.python, os.path.abspath(__file__), "--corpus", corpus, "--libfuzzer"]
     if args.minimize:
         os.makedirs(args.minimize, exist_ok=True)
+        me = [self_command(me)]
         return subprocess.run(me + ["-merge=1", f"-artifact_prefix={arts}",
                                     os.path.abspath(args.minimize), corpus]).returncode
     per_round = -(-args.runs // args.rounds)

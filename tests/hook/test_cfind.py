@@ -5,7 +5,6 @@ pycds._search.find_spec whichever side took the facts."""
 
 import _imp
 import os
-import tempfile
 from _frozen_importlib_external import MAGIC_NUMBER
 
 import pytest
@@ -114,9 +113,9 @@ class TestLookup:
 
 
 @pytest.fixture(scope="module")
-def paths():
+def paths(tmp_path_factory):
     """Paths of every kind a stat meets, in a directory of their own."""
-    d = tempfile.mkdtemp()
+    d = str(tmp_path_factory.mktemp("paths"))
     with open(os.path.join(d, "file.py"), "w") as f:
         f.write("x = 1\n")
     os.mkdir(os.path.join(d, "dir"))

@@ -18,26 +18,32 @@ foreign, which is checked too.  Named findings, each fixed:
   co_code, whose deopt_code follows NULL _co_monitoring and zeroes caches
   past the end of its bytes), holding an instrumented opcode and a CACHE
   unit as an instruction (PYCDSVERIFY=1 now checks the bytecode).
+
+fuzz_corpus/minimized/cpython-3.X.tar.gz is a whole run's corpus of that
+CPython minimised (``fuzz_coverage.py --minimize``: the fewest inputs with
+its coverage), replayed in one child per archive.
 """
 
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
 from conftest import ROOT, clean_env
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_corpus")
-INPUTS = sorted(f"{d}/{n}" for d in os.listdir(CORPUS)
+INPUTS = sorted(f"{d}/{n}" for d in os.listdir(CORPUS) if d.startswith("cpython-")
                 for n in os.listdir(os.path.join(CORPUS, d)))
+MINIMIZED = sorted(os.listdir(os.path.join(CORPUS, "minimized")))
 HERE = "cpython-%d.%d" % sys.version_info[:2]
 
 REPLAY = r"""
-import os, sys, tempfile
+import os, sys
 sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
 import fuzz_coverage
-h = fuzz_coverage.Harness(tempfile.mkdtemp())
+h = fuzz_coverage.Harness(os.getcwd())
 for path in sys.argv[2:]:
     with open(path, "rb") as f:
         h.one(f.read())
@@ -60,6 +66,24 @@ def test_replay(name, tmp_path):
                        capture_output=True, text=True, timeout=300, env=clean_env(),
                        cwd=str(tmp_path))
     assert (p.returncode, p.stdout) == (0, f"done {name}\n"), p.stderr[-3000:]
+
+
+def test_the_minimised_corpora_are_kept():
+    assert {"cpython-3.11.tar.gz", "cpython-3.13.tar.gz"} <= set(MINIMIZED)
+
+
+@pytest.mark.parametrize("name", MINIMIZED)
+def test_replay_minimised(name, tmp_path):
+    with tarfile.open(os.path.join(CORPUS, "minimized", name)) as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        tar.extractall(tmp_path, members=members,
+                       **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    paths = sorted(str(tmp_path / m.name) for m in members)
+    assert len(paths) > 100
+    p = subprocess.run([sys.executable, "-c", REPLAY, ROOT, *paths], capture_output=True,
+                       text=True, timeout=600, env=clean_env(), cwd=str(tmp_path))
+    done = p.stdout.splitlines()
+    assert (p.returncode, len(done)) == (0, len(paths)), (done[-1:], p.stderr[-3000:])
 
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(CORPUS, HERE)),
