@@ -389,9 +389,9 @@ def _ptr_slots(model, e):
 
 
 def resigned_mutations(data, rng, n, used):
-    """``n`` (label, bytes) structural mutants, re-signed, one at a time.  ``used`` are the
-    module names the program imports (mutations target them so they are
-    reached)."""
+    """``n`` (label, bytes) structural mutants, re-signed, one at a time.
+    ``used`` are the module names the program imports (mutations target
+    them so they are reached)."""
     count = 0
     base = Model(data)
     names = [e.name for e in base.entries if e.name in used] or \
