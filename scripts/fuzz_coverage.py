@@ -330,10 +330,11 @@ def main(argv=None):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def self_command(me):
-    """A shell script in the work directory that runs ``me`` with the
-    arguments it is given (set as the harness's argv[0])."""
-    path = os.path.join(os.environ[WORK_VAR], "harness.sh")
+def self_command(me, where):
+    """A shell script in ``where`` (not the work directory: /dev/shm may be
+    mounted noexec) that runs ``me`` with the arguments it is given (set as
+    the harness's argv[0])."""
+    path = os.path.join(where, "harness.sh")
     with open(path, "w") as f:
         f.write("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in me) + ' "$@"\n')
     os.chmod(path, 0o700)
@@ -346,9 +347,13 @@ def run_rounds(args, corpus):
     me = [args.python, os.path.abspath(__file__), "--corpus", corpus, "--libfuzzer"]
     if args.minimize:
         os.makedirs(args.minimize, exist_ok=True)
-        me = [self_command(me)]
-        return subprocess.run(me + ["-merge=1", f"-artifact_prefix={arts}",
-                                    os.path.abspath(args.minimize), corpus]).returncode
+        where = tempfile.mkdtemp(prefix="pycds-covself-")
+        try:
+            me = [self_command(me, where)]
+            return subprocess.run(me + ["-merge=1", f"-artifact_prefix={arts}",
+                                        os.path.abspath(args.minimize), corpus]).returncode
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
     per_round = -(-args.runs // args.rounds)
     done, status = 0, 0
     for r in range(args.rounds):

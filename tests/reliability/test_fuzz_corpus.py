@@ -83,7 +83,8 @@ def test_replay_minimised(name, tmp_path):
     p = subprocess.run([sys.executable, "-c", REPLAY, ROOT, *paths], capture_output=True,
                        text=True, timeout=600, env=clean_env(), cwd=str(tmp_path))
     done = p.stdout.splitlines()
-    assert (p.returncode, len(done)) == (0, len(paths)), (done[-1:], p.stderr[-3000:])
+    assert (p.returncode, len(done)) == (0, len(paths)), \
+        (paths[len(done):len(done) + 1], p.stderr[-3000:])
 
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(CORPUS, HERE)),
