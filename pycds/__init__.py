@@ -18,6 +18,9 @@ this package loads nothing heavy; the native module is loaded on first use.
 """
 
 import _thread
+import sys
+
+import _frozen_importlib_external as _bootstrap_external
 
 __version__ = "0.1.0"
 __all__ = ["dump", "start", "stats", "_dump", "__version__"]
@@ -25,11 +28,63 @@ __all__ = ["dump", "start", "stats", "_dump", "__version__"]
 _started = False
 
 
+def _loader_parts():
+    # What SourceLoader.get_code makes a module's code with, as a program
+    # may replace them: the methods it calls on the loader, the function
+    # that unmarshals a .pyc (pycds._pyc.loader_patched).
+    cls = _bootstrap_external.SourceFileLoader
+    return (cls.get_code, cls.source_to_code, cls.get_data, cls.path_stats,
+            _bootstrap_external._compile_bytecode)
+
+
+# As they were when pycds started (imported from the .pth line, before the
+# program runs; by the program when it uses the API).
+_STOCK_LOADER = _loader_parts()
+
+# The file names of importlib's own frames (frozen; 3.10-3.13, also under
+# -X frozen_modules=off).
+BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
+                   "<frozen importlib._bootstrap_external>")
+
+# Bound at import: a program may replace sys._getframe (mock.patch) or
+# delete it, and find_spec must not follow it.
+_getframe = sys._getframe
+# Deeper stacks are taken for the program's: the interpreter's own imports
+# run a few frames deep, and 3.13 builds a frame object for every frame
+# walked.
+_MAX_WALK = 1000
+
+
+def imported_by_interpreter():
+    """Whether the import being found was started by the interpreter itself:
+    the outermost frame of this thread is importlib's, so no code of the
+    program lies beneath it (``site`` and what it imports at start-up, such
+    as ``sitecustomize``; ``linecache``, which 3.13 imports for ``-c``
+    before running the command; ``runpy`` for ``-m``), or the body of a
+    module such an import is running.  The program's own imports have its
+    frames below them, except on a thread started from C with no Python
+    frame (a C extension's worker, an embedding host importing the
+    application from C), which this takes for the interpreter's: a matter
+    of speed only (pycds.finder.STARTUP_PLAIN_BYTES,
+    :data:`STARTUP_PLAIN_IMPORTS`).  Never raises (False on any surprise)."""
+    try:
+        f = _getframe(1)
+        for _ in range(_MAX_WALK):
+            back = f.f_back
+            if back is None:
+                return f.f_code.co_filename in BOOTSTRAP_FILES
+            f = back
+    except Exception:
+        pass
+    return False
+
+
 def _start():
     """Switch on the mode the PYCDS* environment variables ask for (run by
-    the ``pycds.pth`` line): SHARE installs the finder, DUMP and TRACE
-    register an atexit handler, AUTO does both (pycds.auto), MANUALLY does
-    nothing.  It never raises: a problem is one warning on stderr and the
+    the ``pycds.pth`` line): SHARE puts the stand-in that opens the archive
+    at the program's first import on ``sys.meta_path`` (:class:`_Opener`),
+    DUMP and TRACE register an atexit handler, AUTO installs the finder and
+    its handler (pycds.auto), MANUALLY does nothing.  It never raises: a problem is one warning on stderr and the
     program runs as plain Python.
     A second call is a no-op.
 
@@ -69,8 +124,12 @@ def _activate(cfg):
             # otherwise have a default archive of its own, never written).
             os.environ["PYCDSARCHIVE"] = cfg.archive
     if cfg.mode == _config.MODE_SHARE:
-        from . import finder
-        return finder.install(cfg)
+        if sys.flags.dev_mode or not os.path.isfile(cfg.archive):
+            # (-X dev loads the native module at once: pycds.finder.install.
+            # No archive to open: its warning now.)
+            from . import finder
+            return finder.install(cfg)
+        return _Opener.install(cfg)
     if cfg.mode == _config.MODE_AUTO:
         from . import auto
         return auto.install(cfg)
@@ -93,6 +152,130 @@ def _activate(cfg):
         trace.trace_session()
         atexit.register(trace.trace_at_exit, cfg)
     return None
+
+
+# Imports the interpreter itself starts (:func:`imported_by_interpreter`)
+# that SHARE lets through plainly before it opens its archive: site's
+# ``sitecustomize`` and ``usercustomize``, what 3.13 imports for ``-c``, what
+# ``-m`` imports before the program's module; a ``sitecustomize`` that
+# imports a framework opens the archive after these.
+STARTUP_PLAIN_IMPORTS = 16
+
+# Seconds an import waits for another thread's opening of the archive
+# before it is imported plainly: that thread may be waiting for this one.
+OPEN_WAIT_S = 0.5
+
+
+class _Opener:
+    """SHARE's place on ``sys.meta_path`` until the program's first import:
+    it opens the archive then and puts pycds.finder's finder in its place,
+    so that a start-up imports only this package and its settings
+    (pycds._config), and a program that imports nothing opens nothing.  An
+    archive it cannot use leaves it there, declining every import.  A meta
+    path finder (importlib.abc.MetaPathFinder)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        # Where the native module's _cffi_backend is looked up.
+        self.startup_path = list(sys.path)
+        self.lock = _thread.allocate_lock()    # held while opening
+        self.opening = 0        # the thread id that opens, while it does
+        self.waited_out = False     # an import gave up waiting for that
+        self.done = False
+        self.finder = None
+        self.plain = []     # the interpreter's imports let through
+
+    @classmethod
+    def install(cls, cfg):
+        global _opener
+        from . import _config
+        _config.share_session()     # for children started before the open
+        _opener = opener = cls(cfg)
+        meta_path = sys.meta_path
+        try:
+            at = meta_path.index(_bootstrap_external.PathFinder)
+        except ValueError:
+            at = len(meta_path)
+        meta_path.insert(at, opener)
+        return opener
+
+    def find_spec(self, fullname, path=None, target=None):
+        if self.done:
+            finder = self.finder    # (None: the archive is not used)
+        elif len(self.plain) < STARTUP_PLAIN_IMPORTS and imported_by_interpreter():
+            self.plain.append(fullname)
+            return None
+        else:
+            finder = self.open()
+        return None if finder is None else finder.find_spec(fullname, path, target)
+
+    def invalidate_caches(self):
+        pass
+
+    def open(self):
+        """pycds.finder's finder, installed in this one's place on first
+        call; None if the archive cannot be used (after one warning), while
+        this thread opens it (pycds's own imports) or another one does: that
+        wait lasts :data:`OPEN_WAIT_S` once, then imports are plain ones
+        until the archive is open (the opening thread may be waiting, through
+        a module lock, for the import of the waiting one)."""
+        if self.done:
+            return self.finder
+        me = _thread.get_ident()
+        if self.opening == me:
+            return None
+        if not self.lock.acquire(True, 0 if self.waited_out else OPEN_WAIT_S):
+            self.waited_out = True
+            return None
+        try:
+            if self.done:
+                return self.finder
+            self.opening = me
+            try:
+                self.finder = self._install()
+            except (RecursionError, MemoryError):
+                # The program's state (its depth, its memory): this import
+                # is a plain one, the next one opens.
+                return None
+            finally:
+                self.opening = 0
+            # Not usable: this one stays on sys.meta_path, declining every
+            # import (taken out now, it would make the import system, which
+            # is going through that list, skip the finder after it).
+            self.done = True
+            return self.finder
+        finally:
+            self.lock.release()
+
+
+    def _install(self):
+        # pycds.finder's install(), or None after one warning.  What the
+        # program raises there propagates, as out of the finder; in
+        # importing pycds's modules (its audit hook refusing them) it is a
+        # reason not to use the archive, as for the native module
+        # (pycds.finder._Archive.load_code).
+        try:
+            from . import finder
+            from .errors import program_raised
+        except (RecursionError, MemoryError):
+            raise
+        except Exception as e:
+            from . import _log
+            _log.warning(f"pycds not activated: {e!r}")
+            return None
+        try:
+            return finder.install(self.cfg, replacing=self, startup_path=self.startup_path,
+                                  started_plain=self.plain)
+        except Exception as e:
+            if program_raised(e):   # (RecursionError, MemoryError too)
+                raise
+            from . import _log
+            _log.warning(f"pycds not activated: {e!r}")
+            return None
+
+
+# SHARE's opener while its archive is not open (None: not started so).
+_opener = None
 
 
 def start():
@@ -136,7 +319,8 @@ def stats():
     modules served, fallbacks by reason, bytes loaded, load time in ms,
     modules read ahead, bytes given back after module bodies ran, modules
     the interpreter imported at start-up that were imported plainly."""
-    import sys
+    if _opener is not None:
+        _opener.open()
     finder = sys.modules.get("pycds.finder")
     if finder is None:
         return {"served": 0, "fallbacks": {}, "archive": None,
@@ -216,7 +400,6 @@ def _dump(module_list="", archive=""):
 def _import_and_dump(names, archive, caller):
     import importlib
     import os
-    import sys
     from . import _config, _log, _dumper
     for name in names or ():
         if name in ("__main__", "__mp_main__") or name in sys.modules:

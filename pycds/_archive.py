@@ -28,6 +28,7 @@ import os
 import stat
 import sys
 
+from ._config import interpreter_tag, meta_for_this_interpreter
 from ._trust import check_trusted
 from .errors import ArchiveFormatError, ForeignArchiveError, program_raised
 
@@ -93,63 +94,7 @@ def name_hash(name):
 
 
 # ---- the interpreter an archive is for --------------------------------------
-
-def meta_for_this_interpreter():
-    """The interpreter facts an archive's meta block must match, as a dict
-    of str to builtins: version, build, ``-O`` level, byte order, column
-    positions.  Checkable without the native module; the native layout id
-    (image build and object layout) is added by the writer and checked by
-    the native loader."""
-    return {
-        "version": sys.version,
-        "hexversion": sys.hexversion,
-        "cache_tag": sys.implementation.cache_tag,
-        "optimize": sys.flags.optimize,
-        "byteorder": sys.byteorder,
-        "debug_ranges": debug_ranges(),
-    }
-
-
-_tag = None
-
-
-def interpreter_tag():
-    """16 hex digits naming this process's facts, as they were at the first
-    call (start-up in DUMP and SHARE runs).  A child process whose tag is
-    not its DUMP session's does not write over the session's archive
-    (pycds._dumper); one whose tag is not its SHARE session's takes an archive
-    made for another interpreter quietly (pycds.finder.install)."""
-    global _tag
-    if _tag is None:
-        facts = repr(sorted(meta_for_this_interpreter().items()))
-        _tag = "%016x" % checksum(facts.encode("utf-8", "surrogatepass"), 0)
-    return _tag
-
-
-_debug_ranges = None
-
-
-def debug_ranges():
-    """Whether code objects made in this process keep column positions
-    (3.11+): ``-X no_debug_ranges`` and ``PYTHONNODEBUGRANGES`` (set and
-    not empty, unless ``-E``) make ``_PyCode_New`` drop them.  The rule is
-    the configuration's own (``config_read_complex_options`` in
-    Python/initconfig.c, 3.11-3.13), applied once, at the first call (at
-    start-up in SHARE and DUMP runs, before the program can change its
-    environment): reading it off a code object would need ``__code__`` or a
-    frame, which audit hooks see and a sandbox may refuse.  A DUMP records
-    what its code objects have (:func:`code_debug_ranges`)."""
-    global _debug_ranges
-    if _debug_ranges is None:
-        if sys.version_info < (3, 11):
-            _debug_ranges = True     # line numbers only, nothing to drop
-        elif "no_debug_ranges" in sys._xoptions:
-            _debug_ranges = False
-        else:
-            _debug_ranges = bool(sys.flags.ignore_environment
-                                 or not os.environ.get("PYTHONNODEBUGRANGES"))
-    return _debug_ranges
-
+# (pycds._config takes these facts at start-up, without this module.)
 
 def code_debug_ranges(code):
     """Whether ``code`` has column positions (every code object made with

@@ -28,8 +28,10 @@
 
 Under ``-E`` or ``-I`` (``sys.flags.ignore_environment``) pycds stays off, so
 that an isolated interpreter cannot be steered by the environment.  The table
-is documented in docs/env-vars.md.  Imports only builtins: this runs at
-start-up from the .pth file.
+is documented in docs/env-vars.md.  Also the facts of this interpreter an
+archive must be made for, and the SHARE session a process belongs to, taken
+at start-up.  Imports only builtins: this runs at start-up from the .pth
+file.
 """
 
 import os
@@ -249,3 +251,91 @@ def default_archive_path(environ=None, argv=None):
     digest = _imp.source_hash(0x5059434453, key).hex()
     tag = sys.implementation.cache_tag
     return os.path.join(cache, f"{tag}-{digest}.img")
+
+
+# ---- the interpreter an archive is for --------------------------------------
+# Taken at start-up, before the program can change its environment.
+
+def meta_for_this_interpreter():
+    """The interpreter facts an archive's meta block must match, as a dict
+    of str to builtins: version, build, ``-O`` level, byte order, column
+    positions.  Checkable without the native module; the native layout id
+    (image build and object layout) is added by the writer and checked by
+    the native loader."""
+    return {
+        "version": sys.version,
+        "hexversion": sys.hexversion,
+        "cache_tag": sys.implementation.cache_tag,
+        "optimize": sys.flags.optimize,
+        "byteorder": sys.byteorder,
+        "debug_ranges": debug_ranges(),
+    }
+
+
+_tag = None
+
+
+def interpreter_tag():
+    """16 hex digits naming this process's facts, as they were at the first
+    call (start-up in DUMP and SHARE runs): their SipHash-1-3 with key 0
+    (pycds._archive.checksum).  A child process whose tag is not its DUMP
+    session's does not write over the session's archive (pycds._dumper);
+    one whose tag is not its SHARE session's takes an archive made for
+    another interpreter quietly (pycds.finder.install)."""
+    global _tag
+    if _tag is None:
+        import _imp
+        facts = repr(sorted(meta_for_this_interpreter().items()))
+        digest = _imp.source_hash(0, facts.encode("utf-8", "surrogatepass"))
+        _tag = "%016x" % int.from_bytes(digest, "little")
+    return _tag
+
+
+_debug_ranges = None
+
+
+def debug_ranges():
+    """Whether code objects made in this process keep column positions
+    (3.11+): ``-X no_debug_ranges`` and ``PYTHONNODEBUGRANGES`` (set and
+    not empty, unless ``-E``) make ``_PyCode_New`` drop them.  The rule is
+    the configuration's own (``config_read_complex_options`` in
+    Python/initconfig.c, 3.11-3.13), applied once, at the first call (at
+    start-up in SHARE and DUMP runs, before the program can change its
+    environment): reading it off a code object would need ``__code__`` or a
+    frame, which audit hooks see and a sandbox may refuse.  A DUMP records
+    what its code objects have (pycds._archive.code_debug_ranges)."""
+    global _debug_ranges
+    if _debug_ranges is None:
+        if sys.version_info < (3, 11):
+            _debug_ranges = True     # line numbers only, nothing to drop
+        elif "no_debug_ranges" in sys._xoptions:
+            _debug_ranges = False
+        else:
+            _debug_ranges = bool(sys.flags.ignore_environment
+                                 or not os.environ.get("PYTHONNODEBUGRANGES"))
+    return _debug_ranges
+
+
+# The environment variable in which the first SHARE process of a process
+# tree names its interpreter facts (:func:`interpreter_tag`) for the
+# processes it starts, which inherit its archive through PYCDSARCHIVE.
+SHARE_SESSION_VAR = "PYCDS_SHARE_SESSION"
+
+_share = None
+
+
+def share_session():
+    """``(tag, root)``: the interpreter tag of this process tree's SHARE
+    session and the pid of the process that began it, 0 when an ancestor
+    did (its tag is in ``PYCDS_SHARE_SESSION``).  Decided at the first call
+    (SHARE's start-up), which puts this process's tag there for its
+    children when none is."""
+    global _share
+    if _share is None:
+        session = os.environ.get(SHARE_SESSION_VAR)
+        if session:
+            _share = (session, 0)
+        else:
+            session = os.environ[SHARE_SESSION_VAR] = interpreter_tag()
+            _share = (session, os.getpid())
+    return _share

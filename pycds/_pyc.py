@@ -16,8 +16,9 @@ import _imp
 import _io
 import os
 
-from _frozen_importlib_external import _RAW_MAGIC_NUMBER, SourceFileLoader
+from _frozen_importlib_external import _RAW_MAGIC_NUMBER
 
+from . import _STOCK_LOADER, _loader_parts
 from .errors import program_raised
 
 __all__ = ["check", "stale", "classify_pyc", "pyc_facts", "source_hash",
@@ -153,26 +154,13 @@ def pyc_facts(cached):
     return kind, st, head
 
 
-def _loader_parts():
-    # What SourceLoader.get_code makes a module's code with, as a program
-    # may replace them: the methods it calls on the loader, the function
-    # that unmarshals a .pyc.
-    cls = SourceFileLoader
-    return (cls.get_code, cls.source_to_code, cls.get_data, cls.path_stats,
-            _bootstrap_external._compile_bytecode)
-
-
-# As they were when pycds started (this module is imported from the .pth
-# line, before the program runs; by pycds._dump when called).
-_STOCK_LOADER = _loader_parts()
-
-
 def loader_patched():
     """Whether the program has replaced a part of the stock
     ``SourceFileLoader`` that plain import's ``get_code`` uses (a
     ``source_to_code`` that rewrites code, say): code made or archived then
     is not what the stock loader makes, so pycds neither archives nor serves
-    it."""
+    it.  The stock parts are those pycds started with (the package notes
+    them)."""
     return _loader_parts() != _STOCK_LOADER
 
 

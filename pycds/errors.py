@@ -4,11 +4,13 @@ exceptions are the program's rather than pycds's.
 All exceptions derive from :class:`ImportError`, as
 :class:`zipimport.ZipImportError` does: they describe why an import could not
 be served from an archive.  The import hook never lets them escape into a
-program: it warns and falls back to plain import.  Imported at start-up by
-SHARE runs: builtins only.
+program: it warns and falls back to plain import.  Imported by SHARE runs
+when they open the archive: builtins only.
 """
 
 import os
+
+from . import BOOTSTRAP_FILES
 
 __all__ = ["PycdsError", "ArchiveFormatError", "ForeignArchiveError", "NativeError",
            "program_raised"]
@@ -57,11 +59,9 @@ E_PYTHON = -10      # a Python C-API call failed
 PROGRAM_STATE_ERRORS = (RecursionError, MemoryError)
 
 # The code of pycds's modules has this directory in co_filename (importlib
-# sets it from the module's __file__); importlib's own frames (frozen;
-# 3.10-3.13, also under -X frozen_modules=off) these names.
+# sets it from the module's __file__); importlib's own frames have
+# BOOTSTRAP_FILES.
 _PACKAGE_DIR = os.path.dirname(__file__) + os.sep
-BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
-                   "<frozen importlib._bootstrap_external>")
 
 
 def program_raised(e):

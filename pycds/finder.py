@@ -31,9 +31,9 @@ import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader
 from _imp import _fix_co_filename
 
-from . import _archive, _pyc
+from . import _archive, _config, _pyc, imported_by_interpreter
 from ._config import MODE_AUTO
-from .errors import (BOOTSTRAP_FILES, E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
+from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
 
 __all__ = ["CDSFinder", "ArchivedCode", "served_loader", "install", "uninstall",
@@ -109,7 +109,8 @@ def _stale_fallback(name, reason):
 
 
 # Heap bytes of archived modules the interpreter itself imports before the
-# native module is loaded that are imported plainly (_imported_by_interpreter).
+# native module is loaded that are imported plainly
+# (pycds.imported_by_interpreter).
 # A ski-rental bound: about what serving must save to pay for loading the
 # native module, so a sitecustomize that imports a large framework loses at
 # most that, while what `-c` and `-m` import before the program runs is
@@ -127,7 +128,7 @@ def stats():
     read-ahead thread once imports pause),
     ``startup_plain`` (archive hits the interpreter itself imported before
     anything had loaded the native module, imported plainly without further
-    checks: :func:`_imported_by_interpreter`), ``archive`` (path),
+    checks: :func:`pycds.imported_by_interpreter`), ``archive`` (path),
     ``modules_in_archive``, ``prefetched`` (modules
     whose chunk the read-ahead thread had read and relocated before their
     import) and ``searches_replayed`` (modules found without reading a
@@ -449,47 +450,6 @@ def served_loader(loader):
     return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
 
-# Bound at import: a program may replace sys._getframe (mock.patch) or
-# delete it, and find_spec must not follow it.
-_getframe = sys._getframe
-# Deeper stacks are taken for the program's: the interpreter's own imports
-# run a few frames deep, and 3.13 builds a frame object for every frame
-# walked.
-_MAX_WALK = 1000
-
-
-def _imported_by_interpreter():
-    """Whether the import being found was started by the interpreter itself:
-    the outermost frame of this thread is importlib's, so no code of the
-    program lies beneath it (``site`` and what it imports at start-up, such
-    as ``sitecustomize``; ``linecache``, which 3.13 imports for ``-c``
-    before running the command; ``runpy`` for ``-m``), or the body of a
-    module such an import is running.  The program's own imports have its
-    frames below them, except on a thread started from C with no Python
-    frame (a C extension's worker, an embedding host importing the
-    application from C), which this takes for the interpreter's: a matter
-    of speed only, bounded as below.
-
-    Until something has loaded the native module, such modules are imported
-    plainly while together they stay within :data:`STARTUP_PLAIN_BYTES` of
-    heap: serving one would load the native module first (``_cffi_backend``,
-    ``pycds._native``, ``pycds._nativeapi``, the heap reservation), several
-    times what plain import of a small module costs,
-    and a short program (``python -c pass``) may import nothing else from
-    the archive.  Cost: one walk of the stack per archive hit until the
-    native module is loaded.  Never raises (False on any surprise)."""
-    try:
-        f = _getframe(1)
-        for _ in range(_MAX_WALK):
-            back = f.f_back
-            if back is None:
-                return f.f_code.co_filename in BOOTSTRAP_FILES
-            f = back
-    except Exception:
-        pass
-    return False
-
-
 def _first_search(*args):
     # pycds._search is imported on the first archive hit, not at start-up
     # (a program that imports nothing archived does not pay for it).
@@ -563,7 +523,7 @@ class CDSFinder:
             return None
         if (archive._native is None
                 and archive.startup_plain_bytes + entry.chunk_len <= STARTUP_PLAIN_BYTES
-                and _imported_by_interpreter()):
+                and imported_by_interpreter()):
             archive.startup_plain_bytes += entry.chunk_len
             _counters["startup_plain"] += 1
             archive.index.let_go()
@@ -623,22 +583,25 @@ class CDSFinder:
     # End of importlib.abc.MetaPathFinder interface
 
 
-# The environment variable in which the first SHARE process of a process
-# tree names its interpreter facts (pycds._archive.interpreter_tag) for the
-# processes it starts, which inherit its archive through PYCDSARCHIVE.
-SHARE_SESSION_VAR = "PYCDS_SHARE_SESSION"
-
 _installed = None
 
 
-def install(config):
+def install(config, replacing=None, startup_path=None, started_plain=()):
     """Open ``config.archive`` and put a :class:`CDSFinder` on
-    ``sys.meta_path`` before PathFinder.  Returns the finder, or None (after
-    one warning) when the archive cannot be used."""
+    ``sys.meta_path`` before PathFinder, or in the place of ``replacing``
+    (SHARE's stand-in there since start-up, pycds._Opener; not there: the
+    program took it away, and nothing is installed).  ``startup_path``:
+    ``sys.path`` as start-up left it (default: as it is now).
+    ``started_plain``: the names the stand-in let through as the
+    interpreter's imports, counted as such where the archive has them
+    (``startup_plain``, :data:`STARTUP_PLAIN_BYTES`).  Returns the finder,
+    or None (after one warning) when the archive cannot be used."""
     global _installed, _verbose, _startup_path
     if _installed is not None:
         return _installed
-    _startup_path = list(sys.path)
+    if replacing is not None and replacing not in sys.meta_path:
+        return None
+    _startup_path = list(sys.path) if startup_path is None else startup_path
     t0 = time.perf_counter()
     _verbose = config.verbose
     if _verbose:
@@ -649,10 +612,7 @@ def install(config):
     # The first SHARE process of a process tree names its interpreter facts
     # for the processes it starts, which inherit its archive (PYCDSARCHIVE).
     global _tree_root
-    session = os.environ.get(SHARE_SESSION_VAR)
-    if not session:
-        _tree_root = os.getpid()
-        session = os.environ[SHARE_SESSION_VAR] = _archive.interpreter_tag()
+    session, _tree_root = _config.share_session()
     auto = config.mode == MODE_AUTO
     try:
         index = _archive.Index.open(config.archive, out_of_the_way=True)
@@ -690,12 +650,15 @@ def install(config):
             if program_raised(e):
                 raise
             # (load_code says why, opening it again)
+    _count_started_plain(finder.archive, started_plain)
     meta_path = sys.meta_path
     try:
-        at = meta_path.index(PathFinder)
-    except ValueError:
-        at = len(meta_path)
-    meta_path.insert(at, finder)
+        if replacing is not None:
+            meta_path[meta_path.index(replacing)] = finder
+        else:
+            meta_path.insert(meta_path.index(PathFinder), finder)
+    except ValueError:       # (PathFinder taken away; or, now, `replacing`)
+        meta_path.append(finder)
     _installed = finder
     _counters["archive"] = config.archive
     _counters["modules_in_archive"] = index.header.nmodules
@@ -705,6 +668,25 @@ def install(config):
         import atexit
         atexit.register(_report_stale)
     return finder
+
+
+def _count_started_plain(archive, names):
+    # As find_spec counts the interpreter's imports it leaves plain.  (An
+    # unreadable index: the first lookup of the program's import says so.)
+    try:
+        for name in names:
+            entry = archive.index.lookup(name)
+            if entry is not None:
+                archive.startup_plain_bytes += entry.chunk_len
+                _counters["startup_plain"] += 1
+                if _verbose:
+                    _say(f"plain {name}: imported by the interpreter before the "
+                         "archive was opened", 1)
+    except Exception as e:
+        if program_raised(e):
+            raise
+    finally:
+        archive.index.let_go()
 
 
 # Why install() could not use the archive ("" when it could).

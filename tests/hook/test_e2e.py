@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 import types
 
 import pytest
@@ -831,9 +830,10 @@ class TestProgramExceptions:
 
 class TestStartUpImports:
     """What the interpreter imports before the program runs (site's
-    sitecustomize, 3.13's linecache for -c, runpy for -m) is imported plainly
-    until something has loaded the native module: a short program must not
-    pay for it (finder._imported_by_interpreter)."""
+    sitecustomize, 3.13's linecache for -c, runpy for -m) is imported plainly,
+    before the archive is opened and until something has loaded the native
+    module: a short program must not pay for it
+    (pycds.imported_by_interpreter)."""
 
     PROBE = ("import sys, sitecustomize; "
              "print(sitecustomize.STARTED, 'pycds._nativeapi' in sys.modules)")
@@ -850,17 +850,23 @@ class TestStartUpImports:
         assert d.out.split()[0] == "started" and os.path.exists(img), d
         return tmp_path, env
 
-    def test_start_up_imports_do_not_load_the_native_module(self, app):
+    def test_start_up_imports_do_not_open_the_archive(self, app):
         cwd, env = app
-        r = run_python(["-c", self.PROBE], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
-        assert r.out.split() == ["started", "False"], r
+        code = self.PROBE + "; print('pycds.finder' in sys.modules)"
+        r = run_python(["-c", code], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
+        assert r.out.split() == ["started", "False", "False"] and r.err == "", r
+        # Opened (by a stats() call here), it counts what went by plainly.
+        code = self.PROBE + ("; import pycds; print(pycds.stats()['startup_plain'], "
+                             "'pycds._nativeapi' in sys.modules)")
+        r = run_python(["-c", code], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
         plain = [line.split()[2] for line in r.err.splitlines()
                  if line.startswith("[pycds] plain ")]
-        # Both are in the archive (the line comes after the index lookup);
-        # 3.13 also imports linecache for -c before running it.
+        # Both are in the archive; 3.13 also imports linecache for -c
+        # before running it.
         expect = ["sitecustomize:", "startdep:"]
         if sys.version_info >= (3, 13):
             expect.append("linecache:")
+        assert r.out.split() == ["started", "False", str(len(expect)), "False"], r
         assert sorted(plain) == sorted(expect), r
         assert r.served() == [] and not r.fallbacks() and not r.warnings(), r
 
@@ -892,14 +898,19 @@ class TestStartUpImports:
         path.joinpath(name + ".py").write_text(f"BIG = {'x' * nbytes!r}\n{body}")
 
     def test_a_large_start_up_import_is_served(self, tmp_path):
-        # What the interpreter imports plainly is bounded (STARTUP_PLAIN_BYTES),
-        # in total: a sitecustomize that imports a large library (as tracing
-        # agents' do) has the part past the bound served, which loads the
-        # native module.
+        # What the interpreter imports plainly is bounded: the first
+        # STARTUP_PLAIN_IMPORTS imports before the archive is opened, then
+        # STARTUP_PLAIN_BYTES of archived heap in all.  A sitecustomize that
+        # imports a large library (as tracing agents' do) has the part past
+        # the bounds served, which loads the native module.
+        from pycds import STARTUP_PLAIN_IMPORTS
         from pycds.finder import STARTUP_PLAIN_BYTES
-        (tmp_path / "sitecustomize.py").write_text("import startdep, half1, half2, half3\n")
-        (tmp_path / "startdep.py").write_text("X = 1\n")
-        half = STARTUP_PLAIN_BYTES // 2 - 8192
+        small = [f"small{i}" for i in range(STARTUP_PLAIN_IMPORTS)]
+        (tmp_path / "sitecustomize.py").write_text(
+            f"import startdep, {', '.join(small)}, half1, half2, half3\n")
+        for name in ["startdep"] + small:
+            (tmp_path / f"{name}.py").write_text("X = 1\n")
+        half = STARTUP_PLAIN_BYTES // 2 - 32768
         for name in ("half1", "half2", "half3"):
             self._write(tmp_path, name, half)
         img = str(tmp_path / "a.img")
@@ -912,7 +923,8 @@ class TestStartUpImports:
         assert r.served() == ["half3"], r
         plain = [line.split()[2] for line in r.err.splitlines()
                  if line.startswith("[pycds] plain ")]
-        assert plain == ["sitecustomize:", "startdep:", "half1:", "half2:"], r
+        assert plain == [f"{name}:" for name in ["sitecustomize", "startdep"] + small
+                         + ["half1", "half2"]], r
 
     def test_only_until_the_native_module_is_loaded(self, tmp_path):
         # A thread started from C (no Python frame) imports as the

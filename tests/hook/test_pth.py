@@ -1,7 +1,6 @@
 """The .pth activation line: inert without PYCDSMODE, never breaks start-up."""
 
 import os
-import sys
 
 import pytest
 
@@ -33,26 +32,30 @@ class TestPth:
             r = run_python(args, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
             assert r.out.strip() == "[]", (args, r)
 
-    def test_quiet_share_start_up_imports_only_what_opening_needs(self, tmp_path):
+    def test_quiet_share_start_up_imports_only_the_package_and_its_settings(self, tmp_path):
         # Every module imported at start-up costs each SHARE process its
-        # finding, reading and unmarshalling (docs/performance.md): the
-        # package (with the .pth entry point), its settings, the archive
-        # reader with its trust checks and exceptions, plain import's .pyc
-        # rules (they note the stock loader before the program runs) and the
-        # finder; pycds._log only when there is a line to print, the native
-        # module and the search replay on the first archive hit.
+        # finding, reading and unmarshalling (docs/performance.md): start-up
+        # imports the package (with the .pth entry point and its stand-in
+        # finder) and its settings; the program's first import opens the
+        # archive (the archive reader with its trust checks and exceptions,
+        # plain import's .pyc rules, the finder); pycds._log only when there
+        # is a line to print, the native module and the search replay on the
+        # first archive hit.
         img = str(tmp_path / "a.img")
         (tmp_path / "m.py").write_text("X = 1\n")
         run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
-        (tmp_path / "probe.py").write_text(
-            "import sys; print(sorted(m for m in sys.modules if m.startswith('pycds')))\n")
+        probe = "import sys; print(sorted(m for m in sys.modules if m.startswith('pycds')))\n"
+        (tmp_path / "probe.py").write_text(probe)
+        r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.out.strip() == str(["pycds", "pycds._config"]) and r.err == "", r
+        (tmp_path / "probe.py").write_text("import json\n" + probe)
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.out.strip() == str(["pycds", "pycds._archive", "pycds._config",
                                      "pycds._pyc", "pycds._trust", "pycds.errors",
                                      "pycds.finder"]) and r.err == "", r
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE="2")
-        assert "pycds._log" in r.out and "[pycds] not in archive" in r.err, r
+        assert "pycds._log" in r.out and "[pycds] not in archive json" in r.err, r
 
     def test_bad_setting_warns_at_start_up(self, tmp_path):
         r = run_python(["-c", "print('fine')"], cwd=tmp_path, PYCDSMODE="SHARE",
