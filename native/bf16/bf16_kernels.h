@@ -26,6 +26,10 @@
 #define BF16K_E_THREAD (-4)     /* pthread_create failed */
 #define BF16K_E_LAYOUT (-5)     /* packed B made for another kernel */
 
+#define BF16K_ACT_NONE 0        /* bf16k_sbgemm_fused activations */
+#define BF16K_ACT_RELU 1        /* on the rounded bits */
+#define BF16K_ACT_GELU 2        /* exact (erf) GELU in fp32, before rounding */
+
 #define BF16K_ROUND_NEAREST 0   /* IEEE 754 roundTiesToEven */
 #define BF16K_ROUND_TRUNCATE 1  /* toward zero */
 
@@ -120,12 +124,15 @@ int bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
                         const uint16_t *bp, int64_t bp_len, int layout,
                         float beta, float *c, int64_t ldc);
 
-/* out = BF16(relu?(alpha * op(A) @ op(B) + bias + res)), the post-ops
+/* out = BF16(act(alpha * op(A) @ op(B) + bias + res)), the post-ops
  * applied to each tile of the fp32 product while it is in cache (as
  * oneDNN's post-ops): bias (n floats) and res (m x n BF16 at
- * res[i*ldr + j]) are optional (NULL); the sum is rounded to nearest even
- * (NaN stays NaN); with relu, negative results, -0 and NaNs with the sign
- * bit become +0 (ReLU on the rounded bits).  out: m x n uint16 at
+ * res[i*ldr + j]) are optional (NULL); act BF16K_ACT_GELU applies
+ * 0.5 v (1 + erf(v / sqrt 2)) to the fp32 sum (erf: a rational
+ * approximation, |error| <= 5e-7); the sum is rounded to nearest even
+ * (NaN stays NaN); with BF16K_ACT_RELU, negative results, -0 and NaNs with
+ * the sign bit become +0 (ReLU on the rounded bits).  Another act value:
+ * BF16K_E_ARG.  out: m x n uint16 at
  * out[i*ldo + j]; it may be res itself (ldo == ldr), as each element of res
  * is read before that element of out is written.  No fp32 C is exposed.
  * k == 0 or alpha == 0: the post-ops of a zero product (a, bp not read). */
@@ -133,7 +140,17 @@ int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
                        const uint16_t *a, int64_t a_rs, int64_t a_cs,
                        const uint16_t *bp, int64_t bp_len, int layout,
                        const float *bias, const uint16_t *res, int64_t ldr,
-                       int relu, uint16_t *out, int64_t ldo);
+                       int act, uint16_t *out, int64_t ldo);
+
+/* LayerNorm over each of m rows of n floats (x[i*ldx + j], read), after
+ * adding bias (n floats, or NULL): y = (v - mean) / sqrt(var + eps) *
+ * gamma + beta with the biased variance, as torch.nn.LayerNorm, in fp32.
+ * Writes y (fp32, y[i*ldy + j], may be x itself with ldy == ldx) and/or yb
+ * (its BF16 rounding to nearest even, yb[i*ldb + j]); either may be NULL,
+ * not both.  gamma, beta: n floats.  One thread. */
+int bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
+                    const float *bias, const float *gamma, const float *beta,
+                    float eps, float *y, int64_t ldy, uint16_t *yb, int64_t ldb);
 
 /* im2col of an NHWC BF16 image (x: n x h x w x c, C-contiguous) into
  * cols ((n*oh*ow) x (kh*kw*c), C-contiguous, cols_len uint16 at least):

@@ -63,6 +63,7 @@ ffibuilder.set_source(
     include_dirs=[_rel(SRC)],
     extra_compile_args=compile_args() + SANITIZE_COMPILE,
     extra_link_args=["-pthread"] + SANITIZE_LINK,
+    libraries=["m"],    # sqrtf (bf16k_layernorm)
     py_limited_api=False,
     define_macros=[("_CFFI_NO_LIMITED_API", None)],
 )

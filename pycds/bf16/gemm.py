@@ -5,11 +5,12 @@ Exports
 sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)
     ``C = alpha * op(A) @ op(B) + beta * C``, the semantics of OpenBLAS
     ``cblas_sbgemm`` (row-major, ``CblasRowMajor``).
-sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0, trans_a=False)
-    ``BF16(relu(alpha * op(A) @ B + bias + residual))``: sbgemm with its
+sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0, trans_a=False, gelu=False)
+    ``BF16(act(alpha * op(A) @ B + bias + residual))``: sbgemm with its
     post-ops applied per tile while the fp32 tile is in cache (oneDNN's
     "post-ops"), returning BF16; what a convolution layer with a folded
-    batch norm, a ReLU and a ResNet shortcut needs, in one pass.
+    batch norm, a ReLU and a ResNet shortcut needs, in one pass, or a
+    transformer's first MLP layer (bias + GELU).
 pack(b, trans_b=False) -> PackedB
     Reorder BF16 weights once (at model load) into the active kernel's panel
     layout, like a oneDNN weight reorder; ``sbgemm`` takes it as `b`.
@@ -64,9 +65,21 @@ except ImportError as exc:  # the native module is part of the product
         name="pycds.bf16._kernels",
     ) from exc
 
-__all__ = ["sbgemm", "sbgemm_fused", "pack", "PackedB", "kernel_name", "Bf16KernelError"]
+__all__ = ["sbgemm", "sbgemm_fused", "pack", "PackedB", "kernel_name", "Bf16KernelError",
+           "layer_norm_rows", "gelu_f32"]
 
 ENV_KERNEL = "PYCDS_BF16_KERNEL"
+
+_ACT_NONE, _ACT_RELU, _ACT_GELU = 0, 1, 2  # BF16K_ACT_* in bf16_kernels.h
+
+# erf(x) ~ x * P(x^2) / Q(x^2) on [-4, 4] (Eigen's generic_fast_erf_float),
+# the coefficients of bf16_driver.c's erf_f32, highest power first.
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+          -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+          -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+          -7.37332916720468e-03, -1.42647390514189e-02)
+_GELU_NEG_LIMIT = -16.0  # below: GELU is -0 in fp32
 
 # Fallback blocking: fp32 blocks of B are kept <= _FB_BLOCK_BYTES so a
 # converted block stays in L2 while sgemm consumes it.
@@ -370,13 +383,14 @@ def _fp32(x):
 
 
 def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0,
-                 trans_a=False):
-    """``out = BF16(relu(alpha * op(A) @ B + bias + residual))``, in one pass.
+                 trans_a=False, gelu=False):
+    """``out = BF16(act(alpha * op(A) @ B + bias + residual))``, in one pass.
 
     sbgemm (BF16 inputs, fp32 accumulation) whose post-ops run on each
     fp32 tile of the product while it is in cache, as oneDNN's matmul
-    post-ops do: add the bias row, add a BF16 residual, round to BF16
-    (round-to-nearest-even, as :func:`pycds.bf16.convert.to_bf16`), ReLU.
+    post-ops do: add the bias row, add a BF16 residual, GELU (fp32), round
+    to BF16 (round-to-nearest-even, as :func:`pycds.bf16.convert.to_bf16`),
+    ReLU.
     No fp32 result is ever written to memory, which is what makes a
     network of BF16 activations cheaper than rounding fp32 activations
     between layers.
@@ -404,6 +418,11 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
         Scale of the product (converted to fp32).  ``alpha == 0`` or
         ``K == 0``: the post-ops of a zero product, the values of `a` and
         `b` not used (as :func:`sbgemm`).
+    gelu : bool
+        GELU on the fp32 sum before rounding, the exact form
+        ``0.5 v (1 + erf(v / sqrt(2)))`` (Hendrycks & Gimpel 2016; BERT's
+        ``hidden_act="gelu"``), with erf from a rational approximation
+        (absolute error <= 5e-7; :func:`pycds.bf16.functional.gelu`).
 
     Returns
     -------
@@ -415,7 +434,8 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     ValueError
         On shape or dtype mismatch (message gives got vs expected; `bias`
         not real numbers, such as complex), or if `out` / `residual` do not
-        have unit column stride, or `out` is read-only.
+        have unit column stride, or `out` is read-only, or both `relu` and
+        `gelu` are set.
     Bf16KernelError
         If the native kernel reports an error (e.g. out of memory).
 
@@ -425,6 +445,9 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     rounding (relative error <= 2**-9).  The additions happen in fp32 in the
     order ``(alpha * AB + bias) + residual``.
     """
+    if relu and gelu:
+        raise ValueError("relu and gelu are exclusive: pass at most one")
+    act = _ACT_RELU if relu else (_ACT_GELU if gelu else _ACT_NONE)
     op_a, b, m, n, k = _check_args(a, b, None, trans_a, False)
     bias = _check_bias(bias, n)
     if bias is not None:
@@ -446,7 +469,7 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
         acc = np.empty((m, n), dtype=np.float32)
         if m and n:
             _fallback(op_a, b, acc, m, n, k, alpha, 0.0, False)
-        return _post_ops(acc, bias, res, relu, out)
+        return _post_ops(acc, bias, res, act, out)
     a_st, a_rs, a_cs, b = _native_operands(op_a, b, trans_a, False)
     # The C side takes rows `ld` >= n elements apart: reversed or overlapping
     # rows go through a copy (the residual is read before `out` is written,
@@ -462,7 +485,7 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
         _ffi.cast("const uint16_t *", _ffi.from_buffer(b.data)), b.data.size, b._layout_id,
         _ffi.cast("const float *", _ffi.from_buffer(bias)) if bias is not None else _ffi.NULL,
         _ffi.cast("const uint16_t *", _ffi.from_buffer(_base_view(res))) if res is not None
-        else _ffi.NULL, ldr, int(bool(relu)),
+        else _ffi.NULL, ldr, act,
         _ffi.cast("uint16_t *", _ffi.from_buffer(_base_view(dst), require_writable=True)), ldo))
     if dst is not out:
         out[...] = dst
@@ -486,6 +509,32 @@ def _check_bias(bias, n):
     return np.asarray(b, dtype=np.float32)
 
 
+def gelu_f32(v):
+    """Exact-form GELU of float32 `v`, the operations of the native post-op.
+
+    ``0.5 * v * (1 + erf(v / sqrt(2)))`` in fp32, erf from the rational
+    approximation above (x clamped to [-4, 4]); values below -16 give -0
+    (as the native code: -inf too), NaN stays NaN.  Returns a new float32
+    array of `v`'s shape.  Each step rounds to fp32 in the C code's order,
+    so the result matches the native one (up to the last bit of erf's
+    division).
+    """
+    v = np.asarray(v, dtype=np.float32)
+    f = np.float32
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.clip(v * f(0.70710678118654752), f(-4.0), f(4.0))  # NaN stays NaN
+        x2 = x * x
+        p = np.full_like(x2, f(_ERF_P[0]))
+        for c in _ERF_P[1:]:
+            p = p * x2 + f(c)
+        q = np.full_like(x2, f(_ERF_Q[0]))
+        for c in _ERF_Q[1:]:
+            q = q * x2 + f(c)
+        g = (f(0.5) * v) * (f(1.0) + (x * p) / q)
+    g[v < f(_GELU_NEG_LIMIT)] = f(-0.0)
+    return g
+
+
 def _rows_apart(x):
     # True if the rows of 2-D uint16 `x` (unit column stride) are at least a
     # row's length apart, in increasing order: what the C side's `ld` takes.
@@ -501,15 +550,17 @@ def _base_view(x):
     return np.lib.stride_tricks.as_strided(x, shape=(span,), strides=(x.itemsize,))
 
 
-def _post_ops(acc, bias, res, relu, out):
+def _post_ops(acc, bias, res, act, out):
     # The post-ops of sbgemm_fused on an fp32 product (fallback kernel).
     from pycds.bf16.convert import to_bf16
     if bias is not None:
         acc += bias
     if res is not None:
         acc += to_float32(res)
+    if act == _ACT_GELU:
+        acc = gelu_f32(acc)
     r = to_bf16(acc)  # (M, N) uint16, round to nearest even
-    if relu:
+    if act == _ACT_RELU:
         v = r.view(np.int16)
         np.maximum(v, 0, out=v)
     out[...] = r
@@ -563,3 +614,81 @@ def _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b):
         out *= np.float32(beta)
         out += acc
     return out
+
+
+def layer_norm_rows(x, gamma, beta, eps, bias=None, out=None, out_bf16=None):
+    """LayerNorm of each row of fp32 `x` after adding `bias`, in one native pass.
+
+    ``y = (v - mean(v)) / sqrt(var(v) + eps) * gamma + beta`` with
+    ``v = x + bias`` and the biased variance, per row, as
+    ``torch.nn.LayerNorm`` over the last dimension (Ba et al. 2016).  With
+    a GEMM that accumulated the residual into `x` (``sbgemm(..., c=x,
+    beta=1)``) this is a transformer's "bias + residual + LayerNorm", and
+    the BF16 copy feeds the next GEMM without another pass.
+
+    Parameters
+    ----------
+    x : ndarray of float32, shape (M, N), unit column stride
+    gamma, beta : ndarray of float32, shape (N,)
+    eps : float
+        Added to the variance (BERT: 1e-12).
+    bias : ndarray of float32, shape (N,), optional
+    out : ndarray of float32, shape (M, N), unit column stride, optional
+        fp32 result; may be `x` itself (in place).  None: not written
+        unless `out_bf16` is None too (then a new array).
+    out_bf16 : ndarray of uint16, shape (M, N), unit column stride, optional
+        BF16 bits of the result (round to nearest even).
+
+    Returns
+    -------
+    (ndarray of float32 or None, ndarray of uint16 or None)
+        `out` and `out_bf16`.
+
+    Raises
+    ------
+    ValueError
+        On dtype, shape or stride mismatch (got vs expected), or N == 0.
+    """
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2:
+        raise ValueError(f"x must be a 2-D float32 ndarray, got "
+                         f"{getattr(x, 'dtype', type(x).__name__)} {np.shape(x)}")
+    m, n = x.shape
+    if n == 0:
+        raise ValueError("x must have at least one column")
+    vecs = [np.ascontiguousarray(v, dtype=np.float32) if v is not None else None
+            for v in (gamma, beta, bias)]
+    for name, v in zip(("gamma", "beta", "bias"), vecs):
+        if v is not None and v.shape != (n,):
+            raise ValueError(f"{name} must have shape ({n},), got {v.shape}")
+    if out is None and out_bf16 is None:
+        out = np.empty((m, n), dtype=np.float32)
+    for name, arr, dt in (("x", x, np.float32), ("out", out, np.float32),
+                          ("out_bf16", out_bf16, np.uint16)):
+        if arr is None:
+            continue
+        ok = (arr.dtype == dt and arr.shape == (m, n)
+              and (m == 0 or (arr.strides[1] == arr.itemsize
+                              and arr.strides[0] >= n * arr.itemsize
+                              and arr.strides[0] % arr.itemsize == 0)))
+        if not ok or (name != "x" and not arr.flags.writeable):
+            raise ValueError(f"{name} must be {'writable ' if name != 'x' else ''}"
+                             f"{np.dtype(dt).name} of shape ({m}, {n}) with unit column "
+                             f"stride and increasing rows, got {arr.dtype} {arr.shape}")
+    if m == 0:
+        return out, out_bf16
+
+    def ptr(arr, ctype, writable=False):
+        if arr is None:
+            return _ffi.NULL
+        buf = _base_view(arr) if arr.ndim == 2 else arr
+        return _ffi.cast(ctype, _ffi.from_buffer(buf, require_writable=writable))
+
+    def ld(arr):
+        return arr.strides[0] // arr.itemsize if arr is not None and m > 1 else n
+
+    g, bt, bs = vecs
+    _check(_lib.bf16k_layernorm(
+        ptr(x, "const float *"), m, n, ld(x), ptr(bs, "const float *"),
+        ptr(g, "const float *"), ptr(bt, "const float *"), float(eps),
+        ptr(out, "float *", True), ld(out), ptr(out_bf16, "uint16_t *", True), ld(out_bf16)))
+    return out, out_bf16

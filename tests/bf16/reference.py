@@ -206,3 +206,60 @@ def alexnet(sd, x):
     x = relu(linear(x, f["classifier.1.weight"], f["classifier.1.bias"]))
     x = relu(linear(x, f["classifier.4.weight"], f["classifier.4.bias"]))
     return linear(x, f["classifier.6.weight"], f["classifier.6.bias"])
+
+
+def gelu(x):
+    """Exact GELU ``x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))``, float64 (math.erf)."""
+    import math
+
+    x = np.asarray(x, np.float64)
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def layer_norm(x, gamma, beta, eps):
+    """LayerNorm over the last axis (biased variance), float64."""
+    x = np.asarray(x, np.float64)
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma + beta
+
+
+def bert(sd, cfg, ids, mask):
+    """Hugging Face ``BertModel`` last hidden state, float64: (B, T) ids -> (B, T, H).
+
+    Written from the BERT paper and transformers' ``modeling_bert.py``:
+    embeddings (word + position + token type 0) and LayerNorm; per layer,
+    multi-head self-attention (scores / sqrt(d), padded keys masked, softmax),
+    output projection, residual, LayerNorm, GELU MLP, residual, LayerNorm.
+    GEMM weights are rounded to BF16 (what the encoder multiplies); activations
+    are not, so the difference is the encoder's activation rounding.
+    """
+    f = {k: np.asarray(v, np.float64) for k, v in sd.items()}
+    B, T = ids.shape
+    H, nh, eps = cfg.hidden_size, cfg.num_attention_heads, cfg.layer_norm_eps
+    d = H // nh
+
+    def lin(x, name):
+        return x @ bf16_round(f[name + ".weight"]).T + f[name + ".bias"]
+
+    def ln(x, name):
+        return layer_norm(x, f[name + ".weight"], f[name + ".bias"], eps)
+
+    h = (f["embeddings.word_embeddings.weight"][ids] + f["embeddings.position_embeddings.weight"][:T]
+         + f["embeddings.token_type_embeddings.weight"][0])
+    h = ln(h, "embeddings.LayerNorm")  # (B, T, H)
+    key_mask = np.where(np.asarray(mask, bool), 0.0, -np.inf)[:, None, None, :]  # (B, 1, 1, T)
+    for i in range(cfg.num_hidden_layers):
+        p = f"encoder.layer.{i}."
+
+        def heads(x):
+            return x.reshape(B, T, nh, d).transpose(0, 2, 1, 3)  # (B, nh, T, d)
+
+        q, k, v = (heads(lin(h, p + "attention.self." + n)) for n in ("query", "key", "value"))
+        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d) + key_mask  # (B, nh, T, T)
+        ctx = (softmax(s) @ v).transpose(0, 2, 1, 3).reshape(B, T, H)
+        h = ln(lin(ctx, p + "attention.output.dense") + h, p + "attention.output.LayerNorm")
+        inter = gelu(lin(h, p + "intermediate.dense"))
+        h = ln(lin(inter, p + "output.dense") + h, p + "output.LayerNorm")
+    return h
