@@ -139,6 +139,8 @@ def _activate(cfg):
         _capture.install()
         _dumper.preload()
         atexit.register(_dumper.dump_at_exit, cfg)
+        if not os.environ.get(_dumper.SESSION_VAR):
+            _dumper.announcer = os.getpid()
         _dumper.dump_session()   # children started from here on inherit it
         if cfg.settle > 0:
             from . import _settle

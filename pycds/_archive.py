@@ -292,8 +292,7 @@ class Index:
             foreign = None
             for key, value in here.items():
                 if key not in meta:
-                    foreign = (f"made by an older pycds (its meta has no {key}); "
-                               f"dump again")
+                    foreign = f"made by an older pycds (its meta has no {key})"
                 elif meta[key] != value:
                     foreign = (f"made by another interpreter ({key} "
                                f"{meta[key]!r}, this is {value!r})")

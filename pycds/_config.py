@@ -8,7 +8,9 @@
 ``PYCDSARCHIVE``   archive path; default: one per interpreter and program in
                    ``$XDG_CACHE_HOME/pycds/`` (else ``~/.cache/pycds/``).
 ``PYCDSLIST``      module list written by TRACE (default ``pycds.lst``).
-``PYCDSVERBOSE``   0 (default), 1 (a line per module), 2 (more detail).
+``PYCDSVERBOSE``   unset: warnings and the line that says where a DUMP wrote
+                   what; 0: warnings only; 1 (a line per module), 2 (more
+                   detail).
 ``PYCDSCHECK``     source validation: ``mtime`` (default: mtime and size, as
                    timestamp .pyc files), ``hash`` (source hash, as PEP 552
                    checked pycs) or ``unchecked`` (immutable deployments).
@@ -65,12 +67,13 @@ class Config:
     """Parsed settings.  ``problems`` lists messages for bad values."""
 
     __slots__ = ("mode", "archive", "listfile", "verbose", "check", "verify",
-                 "prefetch", "release", "settle", "problems")
+                 "prefetch", "release", "settle", "problems", "quiet")
 
     def __init__(self, mode=MODE_OFF, archive="", listfile="", verbose=0,
                  check="mtime", problems=(), verify=False, prefetch=True,
-                 release=RELEASE_ON, settle=DEFAULT_SETTLE_S):
+                 release=RELEASE_ON, settle=DEFAULT_SETTLE_S, quiet=False):
         self.mode = mode
+        self.quiet = quiet      # PYCDSVERBOSE=0: no line about what DUMP wrote
         self.settle = settle
         self.release = release
         self.verify = verify
@@ -102,6 +105,7 @@ def from_environ(environ=None, flags=None):
         mode = MODE_OFF
     verbose = 0
     rawv = environ.get("PYCDSVERBOSE", "0").strip() or "0"
+    quiet = environ.get("PYCDSVERBOSE", "").strip() == "0"
     try:
         verbose = max(0, min(2, int(rawv)))
     except ValueError:
@@ -150,7 +154,7 @@ def from_environ(environ=None, flags=None):
         archive = _absolute(archive)
         listfile = _absolute(listfile)
     return Config(mode, archive, listfile, verbose, check, problems, verify,
-                  prefetch, release, settle)
+                  prefetch, release, settle, quiet)
 
 
 def _absolute(path):
@@ -239,8 +243,9 @@ def cache_dir(environ=None):
 
 def default_archive_path(environ=None, argv=None):
     """The archive used when PYCDSARCHIVE is unset: one per interpreter,
-    optimization level and program (see :func:`program_id`); "" where there
-    is no cache directory (:func:`cache_dir`)."""
+    optimization level and program (see :func:`program_id`), named
+    ``<program>-<hash>.img`` (:func:`program_name`); "" where there is no
+    cache directory (:func:`cache_dir`)."""
     import _imp
     cache = cache_dir(environ)
     if cache is None:
@@ -249,8 +254,31 @@ def default_archive_path(environ=None, argv=None):
     key = "\0".join([sys.executable, sys.version, sys.implementation.cache_tag,
                      str(sys.flags.optimize), kind, value]).encode("utf-8", "surrogatepass")
     digest = _imp.source_hash(0x5059434453, key).hex()
-    tag = sys.implementation.cache_tag
-    return os.path.join(cache, f"{tag}-{digest}.img")
+    return os.path.join(cache, f"{program_name(kind, value)}-{digest}.img")
+
+
+# The longest program name put in a default archive's file name.
+_NAME_MAX = 40
+
+
+def program_name(kind, value):
+    """A file-name-safe name for the program of :func:`program_id`: a
+    script's name without ``.py``, a ``-m`` module's name, ``python-c`` for
+    ``-c``, ``python`` otherwise; characters other than letters, digits,
+    ``.``, ``_`` and ``-`` become ``_``, cut to 40."""
+    if kind == "script":
+        name = os.path.basename(value)
+        if name.endswith(".py"):
+            name = name[:-3]
+    elif kind == "-m":
+        name = value
+    elif kind == "-c":
+        name = "python-c"
+    else:
+        name = "python"
+    name = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "_"
+                   for ch in name[:_NAME_MAX]).lstrip(".")
+    return name or "python"
 
 
 # ---- the interpreter an archive is for --------------------------------------

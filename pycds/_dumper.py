@@ -111,7 +111,8 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
     (pycds._capture.preloaded).
 
     Returns ``(archived, skipped)`` counts.  Raises OSError when the file
-    cannot be written and ImportError when the native module is missing;
+    cannot be written or ``path`` holds a file that is not a pycds archive
+    (pycds._writer.check_replaceable: left as it is) and ImportError when the native module is missing;
     modules that cannot be archived are skipped (listed at PYCDSVERBOSE=2).
     With a ``session`` id (see :func:`dump_session`), modules that other
     processes of the session wrote to ``path`` are kept.
@@ -128,6 +129,8 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
     """
     from . import _nativeapi as N
 
+    # (Before the copying: a path that holds a file of the user's costs nothing.)
+    _writer.check_replaceable(path, _archive.MAGIC)
     if refresh is None:
         copied = _copy(pairs, verbose, skip_preloaded, roots, N)
         with _directory_lock(path):
@@ -207,7 +210,8 @@ def _write(path, copied, session, carry, N):
         parts.insert(0, (0, header.pack()))
         parts.append((header.heap_off, heap))
         parts.append((header.reloc_off, relocs))
-        if _writer.write_atomic(path, parts, header.file_len, xattrs) or not xattrs:
+        if _writer.write_atomic(path, parts, _archive.MAGIC, header.file_len, xattrs) \
+                or not xattrs:
             return len(entries)
         meta["session"] = session
         xattrs = None
@@ -607,10 +611,18 @@ def dump_at_exit(config):
         _capture.stop()
 
 
+# The pid of the process that began this DUMP session, which says in one
+# line what it wrote (set by pycds._activate; children say it only at
+# PYCDSVERBOSE=1), and the count it said last.
+announcer = 0
+_announced = None
+
+
 def write_archive(config):
     """Write the archive of every module imported so far (at exit, or once
     imports have settled: pycds._settle).  Never raises: a failure is one
     warning saying no archive was written."""
+    global _announced
     pairs = snapshot()
     t0 = time.perf_counter()
     try:
@@ -618,10 +630,23 @@ def write_archive(config):
         # before its finder too: not archived.
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
                                   dump_session(), skip_preloaded=True)
+    except _writer.NotReplaceable as e:
+        _log.warning(f"DUMP wrote no archive: {e}; set PYCDSARCHIVE to a path of its own")
+        return
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: "
                      f"{str(e) or type(e).__name__}")
         return
     ms = (time.perf_counter() - t0) * 1e3
-    _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "
-                 f"in {ms:.1f} ms", 1)
+    if announcer == os.getpid() and not config.quiet and _announced != n:
+        _announced = n
+        try:
+            size = os.stat(config.archive).st_size
+            size = f" ({size / 2**20:.1f} MiB)" if size >= 2**20 else f" ({size >> 10} KiB)"
+        except OSError:
+            size = ""
+        _log.say(f"wrote {n} module{'' if n == 1 else 's'} to {config.archive}{size}: "
+                 "runs with PYCDSMODE=SHARE or AUTO use it")
+    else:
+        _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "
+                     f"in {ms:.1f} ms", 1)

@@ -23,6 +23,12 @@ WARNED_KEEP = 32
 _DIGEST_KEY = 0x7079636473       # "pycds"
 
 
+def say(msg):
+    """Print ``[pycds] msg`` on stderr, whatever the verbosity (what a DUMP
+    wrote: callers test PYCDSVERBOSE=0 first).  Never raises."""
+    _emit("[pycds] " + msg)
+
+
 def verbose(msg, at=1):
     """Print ``[pycds] msg`` on stderr if PYCDSVERBOSE >= at."""
     if level >= at:

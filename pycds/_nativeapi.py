@@ -16,11 +16,15 @@ except ImportError as e:
         raise     # 3.12+ refuses cffi modules there; the finder expects this one
     import os as _os
     _here = _os.path.dirname(_os.path.abspath(__file__))
-    raise ImportError(
-        f"pycds._native is not built for this interpreter in {_here} ({e}); if that is a "
-        f"source checkout (the working directory shadows the installed pycds), run from "
-        f"another directory, or build it in place with 'python native/archive/build.py'",
-        name="pycds._native") from e
+    if _os.path.exists(_os.path.join(_os.path.dirname(_here), "setup.py")):
+        why = (f"the pycds imported is the source checkout {_here}, not the installed "
+               f"one: the working directory comes first on sys.path. Run from another "
+               f"directory (cd ..), or build the native module in place with "
+               f"'python native/archive/build.py'")
+    else:
+        why = f"its native module is not built for this interpreter in {_here} ({e}); " \
+              f"reinstall pycds"
+    raise ImportError(f"pycds cannot run: {why}", name="pycds._native") from e
 
 if ffi.string(lib.pycds_build_version()).decode() != __version__:
     raise ImportError(

@@ -28,16 +28,17 @@ import time
 _TMP_MARK = ".pycds-tmp."
 
 
-def write_atomic(path, chunks, length=None, xattrs=None):
+def write_atomic(path, chunks, signature, length=None, xattrs=None):
     """Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
-    content of ``path``, atomically; ``length``: the file's size in bytes
-    (zeros after the last chunk: an archive without modules ends in an
-    empty heap); ``xattrs``: extended attributes (name to bytes) to give
-    the file, where its file system takes them.  Returns whether every one
-    of ``xattrs`` was set.  Raises OSError on failure, leaving ``path`` as
-    it was, and when ``path`` is there but not a regular file
-    (check_replaceable)."""
-    check_replaceable(path)
+    content of ``path``, atomically, over a file there only if
+    :func:`check_replaceable` with ``signature`` allows it (checked again
+    just before the rename); ``length``: the file's size in bytes (zeros
+    after the last chunk: an archive without modules ends in an empty
+    heap); ``xattrs``: extended attributes (name to bytes) to give the
+    file, where its file system takes them.  Returns whether every one of
+    ``xattrs`` was set.  Raises OSError on failure, leaving ``path`` as it
+    was."""
+    check_replaceable(path, signature)
     path = os.path.abspath(path)
     d, base = os.path.split(path)
     make_directory(d)
@@ -85,6 +86,7 @@ def write_atomic(path, chunks, length=None, xattrs=None):
             finally:
                 os.close(dfd)
             tmp = os.path.join(d, name)
+        check_replaceable(path, signature)  # (what the writing took may have let in)
         _retry(os.replace, tmp, path)
         tmp = None
         return tagged
@@ -132,13 +134,25 @@ def make_directory(d):
                                          path) from None
 
 
-def check_replaceable(path):
-    """Raise OSError unless ``path`` is absent or a regular file.  A new file
-    renamed over it would replace whatever is there: ``/dev/null`` (as root),
-    a FIFO, a symbolic link (not the file it names); and a path ending in a
-    separator names a directory, as ``open()`` takes it."""
+class NotReplaceable(FileExistsError):
+    """A file is at the path a dump would write, and it is not pycds's to
+    replace (:func:`check_replaceable`)."""
+
+
+def check_replaceable(path, signature, kind="archive"):
+    """Raise :class:`NotReplaceable` unless a dump may put a new file at ``path``: nothing
+    is there, or an empty regular file, or a regular file of this user
+    that starts with ``signature`` (pycds._archive.MAGIC for an archive,
+    whatever its version or damage; the header of a TRACE module list).
+    Anything else is the user's: a source file, the running script, a file
+    of another user, a directory (also a path ending in a separator, as
+    ``open()`` takes it), a FIFO, a device, a symbolic link (a rename would
+    replace the link, not the file it names).  The message names the file
+    and ends in "left as it is"; ``kind`` names what ``signature`` starts
+    ("archive", "module list")."""
     if path.endswith(os.sep):
-        raise IsADirectoryError(errno.EISDIR, "the path names a directory", path)
+        raise NotReplaceable(f"{path} names a directory, not a regular file: "
+                                "left as it is")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -147,7 +161,36 @@ def check_replaceable(path):
         kind = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else
                 "a directory" if stat.S_ISDIR(st.st_mode) else
                 "a device, FIFO or socket")
-        raise OSError(f"{path} is {kind}, not a regular file: left as it is")
+        raise NotReplaceable(f"{path} is {kind}, not a regular file: left as it is")
+    if st.st_uid != os.geteuid():
+        raise NotReplaceable(f"{path} belongs to another user (uid {st.st_uid}): "
+                              "left as it is")
+    if st.st_size == 0:
+        return
+    if not starts_with(path, signature, st):
+        raise NotReplaceable(f"{path} is not a pycds {kind} "
+                              f"(a file of {st.st_size} bytes that does not start as "
+                              "one): left as it is")
+
+
+def starts_with(path, signature, st=None):
+    """Whether ``path`` is a regular file (not a symbolic link) whose first
+    bytes are ``signature``; ``st``: its lstat() if taken, and the file
+    must still be that one.  False when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (
+                st is not None and (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino)):
+            return False
+        return os.pread(fd, len(signature), 0) == signature
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # Bytes of a file name (NAME_MAX on Linux file systems), and what a

@@ -265,6 +265,10 @@ def install(cfg):
     installed = finder.install(cfg)
     run = _Run(cfg, installed)
     if installed is None:
+        from ._advice import writable
+        # A file of the user's: install() said AUTO writes nothing over it.
+        run.warned = bool(writable(cfg.archive))
+    if installed is None:
         from . import _capture, _import_order, _dumper
         run.recording = _capture.install()
         _import_order.install()

@@ -208,13 +208,18 @@ class _Archive:
         finally:
             self._open_lock.release()
 
-    def disable(self, reason, quiet=False):
+    def disable(self, reason, quiet=False, damaged=False):
+        # ``damaged``: the file is (the warning says what to do about it).
         if not self.disabled:
             self.disabled = True
             self.index.close()    # its own descriptor, if it holds one
             if quiet:
                 if _verbose:
                     _say(f"archive {self.path} not used: {reason}", 1)
+            elif damaged:
+                from ._advice import next_step
+                _warn(f"archive {self.path} ignored: {reason}; "
+                      f"{next_step(self.path, None, _auto)}")
             else:
                 _warn(f"archive {self.path} ignored: {reason}")
 
@@ -269,7 +274,7 @@ class _Archive:
                 # out of range) or a malformed entry: the file is damaged or
                 # was replaced; trust none of it from now on (modules already
                 # loaded passed their checks and stay).
-                self.disable(str(e))
+                self.disable(str(e), damaged=True)
             return None
         _counters["load_ms"] += (time.perf_counter() - t0) * 1e3
         _counters["bytes_loaded"] += entry.chunk_len
@@ -509,7 +514,10 @@ class CDSFinder:
         except Exception as e:
             if program_raised(e):
                 raise
-            archive.disable(_LOST_FD if archive.index.fd_lost() else f"index unreadable ({e})")
+            if archive.index.fd_lost():
+                archive.disable(_LOST_FD)
+            else:
+                archive.disable(f"index unreadable ({e})", damaged=True)
             return None
         if entry is None:
             missed.add(fullname)
@@ -596,7 +604,7 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
     interpreter's imports, counted as such where the archive has them
     (``startup_plain``, :data:`STARTUP_PLAIN_BYTES`).  Returns the finder,
     or None (after one warning) when the archive cannot be used."""
-    global _installed, _verbose, _startup_path
+    global _installed, _verbose, _startup_path, _auto
     if _installed is not None:
         return _installed
     if replacing is not None and replacing not in sys.meta_path:
@@ -613,7 +621,7 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
     # for the processes it starts, which inherit its archive (PYCDSARCHIVE).
     global _tree_root
     session, _tree_root = _config.share_session()
-    auto = config.mode == MODE_AUTO
+    auto = _auto = config.mode == MODE_AUTO
     try:
         index = _archive.Index.open(config.archive, out_of_the_way=True)
     except ArchiveFormatError as e:
@@ -633,8 +641,9 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
             if _verbose:
                 _say(f"archive {config.archive} not used: {e}; AUTO writes one at exit", 1)
         else:
-            _warn(f"archive {config.archive} ignored: {e}"
-                  + ("; AUTO writes a fresh one at exit" if auto else ""))
+            from ._advice import next_step
+            _warn(f"archive {config.archive} ignored: {e}; "
+                  f"{next_step(config.archive, e, auto)}")
         return None
     finder = CDSFinder(_Archive(index, config.check, config.verify,
                                 config.prefetch, config.release))
@@ -689,6 +698,9 @@ def _count_started_plain(archive, names):
         archive.index.let_go()
 
 
+# Whether the finder was installed by AUTO, which rewrites an archive it
+# finds damaged at exit.
+_auto = False
 # Why install() could not use the archive ("" when it could).
 open_failure = ""
 # The pid of this process if it began its process tree's SHARE session (the

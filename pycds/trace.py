@@ -55,18 +55,23 @@ def write_list(path, names, session):
     the names an earlier process of ``session`` wrote there."""
     from ._writer import check_replaceable
     from ._dumper import _directory_lock
-    check_replaceable(path)
+    check_replaceable(path, _HEADER.encode(), "module list")
     path = os.path.abspath(path)
     with _directory_lock(path):
         old = _session_names(path, session)
         have = set(old)
         names = old + [name for name in names if name not in have]
         tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "x", encoding="utf-8") as f:
             f.write(_HEADER + session + "\n")
             for name in names:
                 f.write(name + "\n")
-        os.replace(tmp, path)
+        try:
+            check_replaceable(path, _HEADER.encode(), "module list")
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
 
 def trace_at_exit(config):

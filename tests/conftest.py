@@ -34,7 +34,8 @@ def pycds_installed_pth():
 
 
 def clean_env(**extra):
-    """The environment for a child interpreter: no PYCDS*/PYTHON* leaking in.
+    """The environment for a child interpreter: no PYCDS*/PYTHON* leaking in;
+    ``PYCDSVERBOSE=0`` unless ``extra`` says otherwise (None: unset).
     Memory given back after a module body ran is made inaccessible instead
     (PYCDSRELEASE=protect), so that every SHARE run of the suite also checks
     that nothing uses it: a use faults.  Tests of the default pass
@@ -43,7 +44,12 @@ def clean_env(**extra):
            if not k.startswith(("PYCDS", "PYTHON")) and k != "SOURCE_DATE_EPOCH"}
     env["PYTHONIOENCODING"] = "utf-8"
     env["PYCDSRELEASE"] = "protect"
-    env.update({k: str(v) for k, v in extra.items()})
+    # Without the line a DUMP run prints to say what it wrote, so that a
+    # test can compare stderr with plain Python's; PYCDSVERBOSE=None: unset.
+    env["PYCDSVERBOSE"] = "0"
+    env.update({k: str(v) for k, v in extra.items() if v is not None})
+    for k in [k for k, v in extra.items() if v is None]:
+        env.pop(k, None)
     return env
 
 

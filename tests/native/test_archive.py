@@ -471,13 +471,31 @@ class TestWriteAtomic:
         finally:
             os.close(fd)
 
+    def test_a_file_put_there_while_writing_is_left(self, tmp_path, monkeypatch):
+        # The check is made again just before the rename.
+        path = tmp_path / "a.img"
+        path.write_bytes(_archive.MAGIC)
+        real = os.pwrite
+
+        def pwrite(fd, data, off):
+            path.unlink()
+            path.write_text("the user's, written meanwhile\n")
+            return real(fd, data, off)
+
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        with pytest.raises(W.NotReplaceable, match="not a pycds archive"):
+            W.write_atomic(str(path), [(0, b"new")], _archive.MAGIC)
+        monkeypatch.undo()
+        assert path.read_text() == "the user's, written meanwhile\n"
+        assert os.listdir(tmp_path) == ["a.img"]
+
     @pytest.mark.parametrize("length", [None, 10000, 3 << 20])
     def test_replacing_an_archive_writes_exactly_the_parts(self, tmp_path, length):
         path = tmp_path / "a.img"
-        path.write_bytes(b"old archive" * 100000)
+        path.write_bytes(_archive.MAGIC + b"old archive" * 100000)
         parts = [(0, b"head"), (4096, bytes(range(256)) * 40), (20000, memoryview(b"tail")),
                  (50000, b"")]
-        W.write_atomic(str(path), parts, length)
+        W.write_atomic(str(path), parts, _archive.MAGIC, length)
         got = path.read_bytes()
         # The file's size is length, else the end of the last byte written.
         want = bytearray(max(20004, length or 0))
@@ -641,7 +659,8 @@ class TestStringTable:
         heap, relocs = bytes(old.heap()), bytes(old.relocs())
         h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, 7)
         path = str(tmp_path / "old.img")
-        W.write_atomic(path, [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)])
+        W.write_atomic(path, [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)],
+                       _archive.MAGIC)
         new = N.Writer(9)
         new.add(compile("tab_new_only = 1\n", "/v/c.py", "exec"))
         first = new.nstrings()

@@ -1,0 +1,241 @@
+"""A dump never destroys a file of the user's (issue 41).
+
+DUMP, AUTO, TRACE, ``pycds.dump()``, ``python -m pycds dump`` and ``cache
+clear`` replace or remove a file at their path only when it is one of
+pycds's own (an archive, whatever its state; a module list) or empty;
+anything else is left byte for byte as it was, with one warning that names
+it, and the program's exit status and output are those of a plain run.
+"""
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import clean_env, run_python
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import pycds._native"],
+                   capture_output=True).returncode != 0,
+    reason="pycds with its native module is not installed in this interpreter")
+
+APP = "import json, email.message\nprint('app ran')\n"
+MAGIC = b"PYCDS\x00ar"
+
+
+@pytest.fixture
+def app(tmp_path):
+    (tmp_path / "app.py").write_text(APP)
+    return tmp_path
+
+
+def _users_file(path, kind):
+    """Make the user's file of ``kind`` at ``path``; returns a function
+    that asserts it is untouched."""
+    if kind == "source":
+        path.write_text("def f():\n    return 42\n")
+    elif kind == "text":
+        path.write_text("notes\n")
+    elif kind == "binary":
+        path.write_bytes(os.urandom(4096))
+    elif kind == "symlink":
+        target = path.parent / "target.txt"
+        target.write_text("kept\n")
+        os.symlink(target, path)
+        return lambda: (os.path.islink(path) and target.read_text() == "kept\n")
+    elif kind == "fifo":
+        os.mkfifo(path)
+        return lambda: stat.S_ISFIFO(os.lstat(path).st_mode)
+    elif kind == "directory":
+        path.mkdir()
+        (path / "inside.txt").write_text("kept\n")
+        return lambda: sorted(os.listdir(path)) == ["inside.txt"]
+    data = path.read_bytes()
+    return lambda: os.path.isfile(path) and not os.path.islink(path) \
+        and path.read_bytes() == data
+
+
+KINDS = ["source", "text", "binary", "symlink", "fifo", "directory"]
+
+
+class TestDumpLeavesUsersFiles:
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_dump(self, app, kind):
+        target = app / "victim"
+        untouched = _users_file(target, kind)
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(target))
+        assert (r.rc, r.out) == (0, "app ran\n"), r
+        assert untouched(), r
+        [w] = r.warnings()
+        assert str(target) in w and "left as it is" in w and "PYCDSARCHIVE" in w, w
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_auto(self, app, kind):
+        target = app / "victim"
+        untouched = _users_file(target, kind)
+        for _ in range(2):     # the second run meets what the first left
+            r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target))
+            assert (r.rc, r.out) == (0, "app ran\n"), r
+            assert untouched(), r
+            [w] = r.warnings()
+            assert str(target) in w and "AUTO writes no archive over it" in w, w
+            assert "fresh one" not in w
+
+    def test_the_running_script(self, app):
+        before = (app / "app.py").read_bytes()
+        for mode in ("DUMP", "AUTO"):
+            r = run_python(["app.py"], cwd=app, PYCDSMODE=mode, PYCDSARCHIVE="app.py")
+            assert (r.rc, r.out) == (0, "app ran\n"), r
+            assert len(r.warnings()) == 1, r
+            assert (app / "app.py").read_bytes() == before
+        r = run_python(["app.py"], cwd=app)
+        assert (r.rc, r.out, r.err) == (0, "app ran\n", ""), r
+
+    def test_trace_list(self, app):
+        target = app / "names.txt"
+        target.write_text("json\nmy own notes\n")
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="TRACE", PYCDSLIST=str(target))
+        assert (r.rc, r.out) == (0, "app ran\n"), r
+        [w] = r.warnings()
+        assert "not a pycds module list" in w, w
+        assert target.read_text() == "json\nmy own notes\n"
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file away")
+    def test_another_users_file(self, app):
+        # Even an archive: pycds does not replace what another user owns.
+        for content in (b"theirs\n", MAGIC + b"\0" * 100):
+            target = app / "theirs.img"
+            target.write_bytes(content)
+            os.chown(target, 65534, 65534)
+            r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(target))
+            assert (r.rc, r.out) == (0, "app ran\n"), r
+            [w] = r.warnings()
+            assert "belongs to another user" in w, w
+            assert target.read_bytes() == content and os.stat(target).st_uid == 65534
+
+    def test_api_and_cli(self, app):
+        target = app / "notes.txt"
+        target.write_text("keep me\n")
+        (app / "mods.lst").write_text("json\n")
+        r = run_python(["-c", "import pycds\n"
+                        "try:\n    pycds.dump('notes.txt')\n"
+                        "except FileExistsError as e:\n    print(e)"], cwd=app)
+        assert r.rc == 0 and "notes.txt is not a pycds archive" in r.out, r
+        r = run_python(["-m", "pycds", "dump", "mods.lst", "notes.txt"], cwd=app)
+        assert r.rc == 2 and "not a pycds archive" in r.err and "Traceback" not in r.err, r
+        assert target.read_text() == "keep me\n"
+
+
+class TestDumpReplacesItsOwn:
+    @pytest.mark.parametrize("content", [b"", MAGIC, MAGIC + os.urandom(5000)],
+                             ids=["empty", "magic only", "damaged archive"])
+    def test_replaced(self, app, content):
+        target = app / "app.img"
+        target.write_bytes(content)
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(target))
+        assert (r.rc, r.out, r.warnings()) == (0, "app ran\n", []), r
+        s = run_python(["app.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=str(target),
+                       PYCDSVERBOSE=1)
+        assert (s.rc, s.out, s.warnings()) == (0, "app ran\n", []), s
+        assert "json" in s.served(), s
+
+    def test_auto_replaces_a_damaged_archive(self, app):
+        target = app / "app.img"
+        target.write_bytes(MAGIC + b"\0" * 10)
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target))
+        [w] = r.warnings()
+        assert "AUTO writes a fresh one at exit" in w, w
+        s = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target),
+                       PYCDSVERBOSE=1)
+        assert (s.rc, s.out, s.warnings()) == (0, "app ran\n", []), s
+        assert "json" in s.served(), s
+
+
+class TestCacheClear:
+    def test_removes_only_archives(self, app, tmp_path):
+        cache = tmp_path / "xdg"
+        env = {"XDG_CACHE_HOME": str(cache)}
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", **env)
+        assert r.rc == 0, r
+        [archive] = [p for p in (cache / "pycds").iterdir()]
+        assert archive.name.startswith("app-") and archive.name.endswith(".img")
+        mine = cache / "pycds" / "mine.img"
+        mine.write_text("a user's file that happens to end in .img\n")
+        r = run_python(["-m", "pycds", "cache", "clear"], cwd=app, **env)
+        assert r.rc == 0, r
+        assert not archive.exists()
+        assert mine.read_text() == "a user's file that happens to end in .img\n"
+        assert "not a pycds archive" in r.err, r
+
+
+class TestDumpSaysWhatItWrote:
+    def test_one_line(self, app, tmp_path):
+        env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSVERBOSE=None, **env)
+        assert r.rc == 0 and r.out == "app ran\n", r
+        lines = r.err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("[pycds] wrote "), r
+        [archive] = list((tmp_path / "xdg" / "pycds").iterdir())
+        assert str(archive) in lines[0] and "modules" in lines[0], lines
+        # The number said is the number archived.
+        n = int(lines[0].split()[2])
+        info = subprocess.run([sys.executable, "-m", "pycds", "info", "-q", str(archive)],
+                              capture_output=True, text=True, env=clean_env())
+        assert f"modules:      {n}\n" in info.stdout, info.stdout
+
+    def test_one_module(self, app):
+        (app / "one.py").write_text("import email.charset\n")
+        r = run_python(["-c", "import one"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="o.img",
+                       PYCDSVERBOSE=None)
+        assert r.err.startswith("[pycds] wrote "), r
+        n = int(r.err.split()[2])
+        assert r.err.split()[3] == ("module" if n == 1 else "modules"), r
+
+    def test_quiet_with_verbose_0(self, app):
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="a.img",
+                       PYCDSVERBOSE=0)
+        assert (r.rc, r.out, r.err) == (0, "app ran\n", ""), r
+        assert (app / "a.img").read_bytes()[:8] == MAGIC
+
+    def test_children_do_not_repeat_it(self, app):
+        (app / "tree.py").write_text(
+            "import subprocess, sys\n"
+            "subprocess.run([sys.executable, '-c', 'import json'], check=True)\n"
+            "print('tree ran')\n")
+        r = run_python(["tree.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="t.img",
+                       PYCDSVERBOSE=None)
+        assert (r.rc, r.out) == (0, "tree ran\n"), r
+        assert len([x for x in r.err.splitlines() if x.startswith("[pycds] wrote ")]) == 1, r
+
+
+class TestFirstRunAdvice:
+    def test_share_without_archive(self, app):
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE="none.img")
+        assert (r.rc, r.out) == (0, "app ran\n"), r
+        [w] = r.warnings()
+        assert "PYCDSMODE=DUMP" in w and "PYCDSMODE=AUTO" in w, w
+
+    def test_share_of_a_foreign_archive(self, app):
+        target = app / "app.img"
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(target),
+                       PYCDSVERBOSE=0)
+        assert r.rc == 0, r
+        s = run_python(["-O", "app.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=str(target))
+        [w] = s.warnings()
+        assert "write it again with this interpreter" in w, w
+
+    def test_share_of_a_directory(self, app):
+        (app / "d").mkdir()
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE="d")
+        [w] = r.warnings()
+        assert os.path.join(str(app), "d", "app.img") in w, w
+
+    def test_auto_on_a_directory_says_it_writes_nothing(self, app):
+        (app / "d").mkdir()
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE="d")
+        assert (r.rc, r.out) == (0, "app ran\n"), r
+        [w] = r.warnings()
+        assert "AUTO writes no archive" in w and "fresh one" not in w, w
+        assert os.listdir(app / "d") == []
