@@ -51,6 +51,7 @@ static const bf16k_kernel_desc *hw_desc;     /* set once by detect() */
 #if defined(__x86_64__)
 static int have_avx512bw;   /* set by detect(): AVX512 conversion loops */
 static int have_avx512vl;   /* ... and with VL: the fused epilogue */
+static int have_avx2;       /* the AVX2 clones of the transformer row kernels */
 #endif
 static _Atomic(const bf16k_kernel_desc *) selected;  /* NULL: use hw_desc */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
@@ -65,6 +66,7 @@ detect(void)
     have_avx512bw = __builtin_cpu_supports("avx512f")
         && __builtin_cpu_supports("avx512bw");
     have_avx512vl = have_avx512bw && __builtin_cpu_supports("avx512vl");
+    have_avx2 = __builtin_cpu_supports("avx2");
     if (__builtin_cpu_supports("avx512bf16")
             && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512vl")) {
@@ -634,9 +636,16 @@ typedef struct {
     int64_t ldo;
 } epilogue_t;
 
+/* A chunk of a non-GEMM job run on the same threads (attention, LayerNorm):
+ * chunk idx of ctx, with the worker's buffers (apack_t, below). */
+typedef struct apack apack_t;
+typedef int (*task_fn)(const void *ctx, int64_t idx, apack_t *ap);
+
 typedef struct {
     const bf16k_kernel_desc *d;
     const epilogue_t *ep;   /* fused call: C is per-worker scratch */
+    task_fn task;           /* not NULL: a task job (d, ep, ... unused) */
+    const void *task_ctx;
     int64_t m, n, k;
     float alpha, beta;
     const uint16_t *a;
@@ -654,14 +663,15 @@ typedef struct {
 /* Per-worker packed-A buffer.  When a block's packing is the same for
  * every chunk (panel chunks with one K block and one row block), it is
  * packed once and reused: rows [m0, m1) are valid. */
-typedef struct {
+struct apack {
     uint16_t *buf;
     size_t cap;             /* uint16 elements */
     int64_t m0, m1;         /* rows held when `valid` */
     int valid;
-    float *cbuf;            /* fused calls: fp32 C of the current chunk */
+    float *cbuf;            /* fused calls: fp32 C of the current chunk;
+                             * task jobs: their scratch */
     size_t ccap;            /* floats */
-} apack_t;
+};
 
 static int
 apack_reserve(apack_t *ap, size_t need)
@@ -978,6 +988,15 @@ work_on(gemm_t *g, apack_t *ap)
         if (idx >= g->nchunks) {
             break;
         }
+        if (g->task != NULL) {
+            int rc = g->task(g->task_ctx, idx, ap);
+            if (rc != BF16K_OK) {
+                int ok = BF16K_OK;
+                atomic_compare_exchange_strong(&g->rc, &ok, rc);
+                break;
+            }
+            continue;
+        }
         int64_t m0 = 0, m1 = g->m, p0 = 0, p1 = ceil_div(g->n, g->d->nr);
         if (g->split_n) {
             p0 = idx * g->chunk;
@@ -1280,6 +1299,8 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
     gemm_t g;
     g.d = d;
     g.ep = ep;
+    g.task = NULL;
+    g.task_ctx = NULL;
     g.m = m;
     g.n = n;
     g.k = k;
@@ -1330,11 +1351,65 @@ bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
                       0.0f, NULL, 0, &ep);
 }
 
-/* ---- LayerNorm of fp32 rows (transformer sublayer outputs) -------------- */
+/* ---- transformer row kernels: LayerNorm, attention ---------------------- */
+
+/* Run chunks 0..ntasks-1 of task on the sbgemm threads (the pool), or on
+ * this thread alone below MIN_FLOPS_PER_THREAD of work per thread. */
+static int
+run_tasks(int64_t ntasks, task_fn task, const void *ctx, double flops)
+{
+    gemm_t g;
+    memset(&g, 0, sizeof(g));
+    g.task = task;
+    g.task_ctx = ctx;
+    g.nchunks = ntasks;
+    int nt = get_num_threads();
+    if (flops < (double)MIN_FLOPS_PER_THREAD * 2) {
+        nt = 1;
+    }
+    if (nt > ntasks) {
+        nt = (int)ntasks;
+    }
+    atomic_init(&g.next, 0);
+    atomic_init(&g.rc, BF16K_OK);
+    if (nt <= 1) {
+        apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+        work_on(&g, &ap);
+        apack_free(&ap);
+        return atomic_load(&g.rc);
+    }
+    return run_threads(&g, nt);
+}
+
+/* Grow a task's scratch (the worker's cbuf) to `need` floats. */
+static int
+scratch_reserve(apack_t *ap, size_t need)
+{
+    if (need <= ap->ccap) {
+        return BF16K_OK;
+    }
+    float *nb = malloc(need * sizeof(float));
+    if (nb == NULL) {
+        return BF16K_E_NOMEM;
+    }
+    free(ap->cbuf);
+    ap->cbuf = nb;
+    ap->ccap = need;
+    return BF16K_OK;
+}
+
+static inline float
+bf16_to_f32_1(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
 
 /* Sum of the n values x[j] + b[j] (b may be NULL), and of (x[j] + b[j] - mu)^2
  * when sq: 16 partial sums, which GCC vectorises for the baseline ISA. */
-static float
+static inline __attribute__((always_inline)) float
 row_sum(const float *x, const float *b, int64_t n, float mu, int sq)
 {
     float s[16] = {0};
@@ -1356,6 +1431,89 @@ row_sum(const float *x, const float *b, int64_t n, float mu, int sq)
     return t;
 }
 
+typedef struct {
+    const float *x;
+    int64_t m, n, ldx;
+    const float *bias, *gamma, *beta;
+    float eps;
+    float *y;
+    int64_t ldy;
+    uint16_t *yb;
+    int64_t ldb;
+} layernorm_t;
+
+#define LN_ROWS 32          /* rows per LayerNorm task */
+
+/* Rows [i0, i1) of t; v: n floats of scratch.  Unit-stride loops without
+ * calls or branches, for the vectoriser. */
+static inline __attribute__((always_inline)) void
+layernorm_rows(const layernorm_t *t, int64_t i0, int64_t i1, float *restrict v)
+{
+    const int64_t n = t->n;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *restrict xr = t->x + i * t->ldx;
+        if (t->bias != NULL) {
+            for (int64_t j = 0; j < n; j++) {
+                v[j] = xr[j] + t->bias[j];
+            }
+        } else {
+            memcpy(v, xr, (size_t)n * sizeof(float));
+        }
+        /* Two passes (mean, then the centred sum of squares): no
+         * cancellation, as torch.nn.LayerNorm; biased variance. */
+        const float mu = row_sum(v, NULL, n, 0.0f, 0) / (float)n;
+        const float var = row_sum(v, NULL, n, mu, 1) / (float)n;
+        const float rstd = 1.0f / sqrtf(var + t->eps);
+        for (int64_t j = 0; j < n; j++) {
+            v[j] = (v[j] - mu) * rstd * t->gamma[j] + t->beta[j];
+        }
+        if (t->yb != NULL) {
+            uint16_t *restrict br = t->yb + i * t->ldb;
+            for (int64_t j = 0; j < n; j++) {
+                br[j] = epi_round(v[j], 0);
+            }
+        }
+        if (t->y != NULL) {
+            memcpy(t->y + i * t->ldy, v, (size_t)n * sizeof(float));
+        }
+    }
+}
+
+static void
+layernorm_generic(const layernorm_t *t, int64_t i0, int64_t i1, float *v)
+{
+    layernorm_rows(t, i0, i1, v);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+static void
+layernorm_avx2(const layernorm_t *t, int64_t i0, int64_t i1, float *v)
+{
+    layernorm_rows(t, i0, i1, v);
+}
+#endif
+
+static int
+layernorm_task(const void *ctx, int64_t idx, apack_t *ap)
+{
+    const layernorm_t *t = ctx;
+    int rc = scratch_reserve(ap, (size_t)t->n);
+    if (rc != BF16K_OK) {
+        return rc;
+    }
+    const int64_t i0 = idx * LN_ROWS;
+    const int64_t i1 = i0 + LN_ROWS < t->m ? i0 + LN_ROWS : t->m;
+#if defined(__x86_64__)
+    if (have_avx2) {
+        layernorm_avx2(t, i0, i1, ap->cbuf);
+        return BF16K_OK;
+    }
+#endif
+    layernorm_generic(t, i0, i1, ap->cbuf);
+    return BF16K_OK;
+}
+
 int
 bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
                 const float *bias, const float *gamma, const float *beta,
@@ -1366,25 +1524,305 @@ bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
             || (yb != NULL && ldb < n)) {
         return BF16K_E_ARG;
     }
-    for (int64_t i = 0; i < m; i++) {
-        const float *xr = x + i * ldx;
-        /* Two passes (mean, then the centred sum of squares): no
-         * cancellation, as torch.nn.LayerNorm; biased variance. */
-        const float mu = row_sum(xr, bias, n, 0.0f, 0) / (float)n;
-        const float var = row_sum(xr, bias, n, mu, 1) / (float)n;
-        const float rstd = 1.0f / sqrtf(var + eps);
-        float *yr = y != NULL ? y + i * ldy : NULL;
-        uint16_t *br = yb != NULL ? yb + i * ldb : NULL;
-        for (int64_t j = 0; j < n; j++) {
-            float v = xr[j] + (bias != NULL ? bias[j] : 0.0f);
-            v = (v - mu) * rstd * gamma[j] + beta[j];
-            if (br != NULL) {
-                br[j] = epi_round(v, 0);
+    layernorm_t t = {x, m, n, ldx, bias, gamma, beta, eps, y, ldy, yb, ldb};
+    (void)get_desc();   /* runs detect() once: have_avx2 */
+    /* About 10 flops per element; the threshold counts GEMM flops, which
+     * cost less each than these memory-bound passes. */
+    return run_tasks((m + LN_ROWS - 1) / LN_ROWS, layernorm_task, &t,
+                     40.0 * (double)m * (double)n);
+}
+
+/* exp(x) for x <= 0 in fp32 (Cephes expf: n = round(x log2 e), a degree-5
+ * polynomial in the remainder, times 2^n); 0 below -87 (where 2^n would be
+ * subnormal).  Relative error about 2 ulp; written so that GCC vectorises
+ * a loop of it (no calls; the selects become blends under
+ * -fno-trapping-math, native/bf16/build.py). */
+static inline float
+exp_neg_f32(float x)
+{
+    const float xc = x < -87.0f ? -87.0f : x;
+    /* n = nearest integer to xc log2 e: adding and subtracting 1.5 * 2^23
+     * rounds (|.| < 2^22), with no call for the vectoriser to trip on. */
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const union { int32_t i; float f; } two_n = { .i = ((int32_t)n + 127) * (1 << 23) };
+    return x < -87.0f ? 0.0f : p * two_n.f;
+}
+
+/* Largest of x[0..n-1] (n >= 1): 16 partial maxima, for the vectoriser. */
+static inline __attribute__((always_inline)) float
+row_max(const float *x, int64_t n)
+{
+    float m[16];
+    for (int l = 0; l < 16; l++) {
+        m[l] = x[0];
+    }
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        for (int l = 0; l < 16; l++) {
+            m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+        }
+    }
+    float t = x[0];
+    for (; j < n; j++) {
+        t = x[j] > t ? x[j] : t;
+    }
+    for (int l = 0; l < 16; l++) {
+        t = m[l] > t ? m[l] : t;
+    }
+    return t;
+}
+
+typedef struct {
+    const bf16k_kernel_desc *d;  /* sbgemm kernel, or NULL: plain C */
+    const uint16_t *qkv;    /* row b*T + t: Q at [0, H), K at [H, 2H), V at [2H, 3H) */
+    int64_t ldq;
+    int64_t T, nh, d_head;
+    const float *key_bias;  /* B x T, added to the scores (0 or a large negative) */
+    float scale;
+    uint16_t *ctx;          /* row b*T + t, head h at [h*d, (h+1)*d) */
+    int64_t ldc;
+} attn_t;
+
+/* Softmax of the scores s[0..T) + kb in place (fp32, max subtracted);
+ * returns 1 / their sum, by which the caller scales. */
+static inline __attribute__((always_inline)) float
+softmax_row(float *restrict s, const float *restrict kb, int64_t T)
+{
+    for (int64_t j = 0; j < T; j++) {
+        s[j] += kb[j];
+    }
+    const float mx = row_max(s, T);
+    for (int64_t j = 0; j < T; j++) {
+        s[j] = exp_neg_f32(s[j] - mx);
+    }
+    return 1.0f / row_sum(s, NULL, T, 0.0f, 0);
+}
+
+/* One (sequence, head) of scaled dot-product attention (Vaswani et al.
+ * 2017) without an sbgemm kernel, all in fp32: K (transposed, times the
+ * scale) and V widened into the scratch w, then per query row: scores =
+ * q K^T * scale + key_bias, softmax, p V, rounded to BF16.  Loops over j
+ * (keys) and k (head dims) are unit-stride, for the vectoriser. */
+static inline __attribute__((always_inline)) void
+attn_head_body(const attn_t *a, int64_t b, int64_t h, float *restrict w)
+{
+    const int64_t T = a->T, d = a->d_head, H = a->nh * d;
+    float *restrict kt = w;            /* d x T */
+    float *restrict v = kt + d * T;    /* T x d */
+    float *restrict s = v + T * d;     /* T */
+    float *restrict q = s + T;         /* d */
+    float *restrict o = q + d;         /* d */
+    const uint16_t *base = a->qkv + b * T * a->ldq;
+    for (int64_t j = 0; j < T; j++) {
+        const uint16_t *row = base + j * a->ldq + h * d;
+        for (int64_t k = 0; k < d; k++) {
+            kt[k * T + j] = bf16_to_f32_1(row[H + k]) * a->scale;
+            v[j * d + k] = bf16_to_f32_1(row[2 * H + k]);
+        }
+    }
+    for (int64_t i = 0; i < T; i++) {
+        const uint16_t *qr = base + i * a->ldq + h * d;
+        for (int64_t k = 0; k < d; k++) {
+            q[k] = bf16_to_f32_1(qr[k]);
+        }
+        for (int64_t j = 0; j < T; j++) {
+            s[j] = 0.0f;
+        }
+        for (int64_t k = 0; k < d; k++) {
+            const float qk = q[k];
+            const float *kr = kt + k * T;
+            for (int64_t j = 0; j < T; j++) {
+                s[j] += qk * kr[j];
             }
-            if (yr != NULL) {
-                yr[j] = v;   /* after br: y may be x itself */
+        }
+        const float inv = softmax_row(s, a->key_bias + b * T, T);
+        for (int64_t k = 0; k < d; k++) {
+            o[k] = 0.0f;
+        }
+        for (int64_t j = 0; j < T; j++) {
+            const float p = s[j];
+            const float *vr = v + j * d;
+            for (int64_t k = 0; k < d; k++) {
+                o[k] += p * vr[k];
             }
+        }
+        uint16_t *cr = a->ctx + (b * T + i) * a->ldc + h * d;
+        for (int64_t k = 0; k < d; k++) {
+            cr[k] = epi_round(o[k] * inv, 0);
+        }
+    }
+}
+
+static void
+attn_head_generic(const attn_t *a, int64_t b, int64_t h, float *w)
+{
+    attn_head_body(a, b, h, w);
+}
+
+#if defined(__x86_64__)
+/* The same code, vectorised by GCC for AVX2 (8 lanes). */
+__attribute__((target("avx2")))
+static void
+attn_head_avx2(const attn_t *a, int64_t b, int64_t h, float *w)
+{
+    attn_head_body(a, b, h, w);
+}
+#endif
+
+/* C (m x n fp32, ldc) = alpha * A (m x k BF16, rows a_rs apart) @ packed B,
+ * on this thread (inside a task). */
+static int
+gemm_here(const bf16k_kernel_desc *d, int64_t m, int64_t n, int64_t k, float alpha,
+          const uint16_t *a, int64_t a_rs, const uint16_t *bp, float *c,
+          int64_t ldc, apack_t *ap)
+{
+    gemm_t g;
+    memset(&g, 0, sizeof(g));
+    g.d = d;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.alpha = alpha;
+    g.a = a;
+    g.a_rs = a_rs;
+    g.a_cs = 1;
+    g.bp = bp;
+    g.c = c;
+    g.ldc = ldc;
+    ap->valid = 0;          /* the packed A of the previous product is stale */
+    return run_block(&g, 0, m, 0, ceil_div(n, d->nr), ap);
+}
+
+/* Softmax rows of s (T x T fp32) to BF16 probabilities p (T x T). */
+static inline __attribute__((always_inline)) void
+softmax_rows_bf16(float *restrict s, const float *restrict kb, int64_t T,
+                  uint16_t *restrict p)
+{
+    for (int64_t i = 0; i < T; i++) {
+        float *sr = s + i * T;
+        const float inv = softmax_row(sr, kb, T);
+        for (int64_t j = 0; j < T; j++) {
+            p[i * T + j] = epi_round(sr[j] * inv, 0);
+        }
+    }
+}
+
+static void
+softmax_rows_generic(float *s, const float *kb, int64_t T, uint16_t *p)
+{
+    softmax_rows_bf16(s, kb, T, p);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+static void
+softmax_rows_avx2(float *s, const float *kb, int64_t T, uint16_t *p)
+{
+    softmax_rows_bf16(s, kb, T, p);
+}
+#endif
+
+/* One (sequence, head) with the sbgemm micro-kernel, as PyTorch's BF16
+ * attention does it: S = Q K^T * scale (BF16 products, fp32 sums), softmax
+ * in fp32, P rounded to BF16, O = P V, rounded to BF16.  K^T and V are
+ * packed into the kernel's panels in the worker's scratch. */
+static int
+attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
+{
+    const bf16k_kernel_desc *d = a->d;
+    const int64_t T = a->T, dh = a->d_head, H = a->nh * dh;
+    const int64_t kp_len = packed_len(d, dh, T), vp_len = packed_len(d, T, dh);
+    /* floats: S (T x T), O (T x dh); uint16 as floats: P, packed K, V. */
+    const size_t need = (size_t)(T * T + T * dh + (T * T + kp_len + vp_len) / 2 + 8);
+    int rc = scratch_reserve(ap, need);
+    if (rc != BF16K_OK) {
+        return rc;
+    }
+    float *S = ap->cbuf;
+    float *O = S + T * T;
+    uint16_t *P = (uint16_t *)(O + T * dh);
+    uint16_t *kp = P + T * T;
+    uint16_t *vp = kp + kp_len;
+    const uint16_t *base = a->qkv + b * T * a->ldq + h * dh;
+    /* op(B) = K^T (dh x T): element (kk, j) at base[H + j*ldq + kk]. */
+    pack_job jk = {d, base + H, dh, T, 1, a->ldq, kp, 0, ceil_div(dh, d->ku)};
+    pack_b_range(&jk);
+    /* op(B) = V (T x dh): element (j, kk) at base[2H + j*ldq + kk]. */
+    pack_job jv = {d, base + 2 * H, T, dh, a->ldq, 1, vp, 0, ceil_div(T, d->ku)};
+    pack_b_range(&jv);
+    rc = gemm_here(d, T, T, dh, a->scale, base, a->ldq, kp, S, T, ap);
+    if (rc != BF16K_OK) {
+        return rc;
+    }
+    const float *kb = a->key_bias + b * T;
+#if defined(__x86_64__)
+    if (have_avx2) {
+        softmax_rows_avx2(S, kb, T, P);
+    } else {
+        softmax_rows_generic(S, kb, T, P);
+    }
+#else
+    softmax_rows_generic(S, kb, T, P);
+#endif
+    rc = gemm_here(d, T, dh, T, 1.0f, P, T, vp, O, dh, ap);
+    if (rc != BF16K_OK) {
+        return rc;
+    }
+    for (int64_t i = 0; i < T; i++) {
+        uint16_t *cr = a->ctx + (b * T + i) * a->ldc + h * dh;
+        for (int64_t k = 0; k < dh; k++) {
+            cr[k] = epi_round(O[i * dh + k], 0);
         }
     }
     return BF16K_OK;
+}
+
+static int
+attn_task(const void *ctx, int64_t idx, apack_t *ap)
+{
+    const attn_t *a = ctx;
+    const int64_t b = idx / a->nh, h = idx % a->nh;
+    if (a->d != NULL) {
+        return attn_head_kernel(a, b, h, ap);
+    }
+    const int64_t T = a->T, dh = a->d_head;
+    int rc = scratch_reserve(ap, (size_t)(2 * T * dh + T + 2 * dh));
+    if (rc != BF16K_OK) {
+        return rc;
+    }
+#if defined(__x86_64__)
+    if (have_avx2) {
+        attn_head_avx2(a, b, h, ap->cbuf);
+        return BF16K_OK;
+    }
+#endif
+    attn_head_generic(a, b, h, ap->cbuf);
+    return BF16K_OK;
+}
+
+int
+bf16k_attention(const uint16_t *qkv, int64_t ldq, int64_t nb, int64_t t,
+                int64_t nh, int64_t d, const float *key_bias, float scale,
+                int use_kernel, uint16_t *ctx, int64_t ldc)
+{
+    if (nb < 0 || t < 0 || nh <= 0 || d <= 0 || ldq < 3 * nh * d || ldc < nh * d
+            || (nb * t > 0 && (qkv == NULL || key_bias == NULL || ctx == NULL))) {
+        return BF16K_E_ARG;
+    }
+    if (nb == 0 || t == 0) {
+        return BF16K_OK;
+    }
+    (void)get_desc();   /* runs detect() once: have_avx2 */
+    attn_t a = {use_kernel ? get_desc() : NULL, qkv, ldq, t, nh, d, key_bias, scale,
+                ctx, ldc};
+    return run_tasks(nb * nh, attn_task, &a, 4.0 * (double)(nb * nh) * (double)(t * t * d));
 }

@@ -147,10 +147,25 @@ int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
  * gamma + beta with the biased variance, as torch.nn.LayerNorm, in fp32.
  * Writes y (fp32, y[i*ldy + j], may be x itself with ldy == ldx) and/or yb
  * (its BF16 rounding to nearest even, yb[i*ldb + j]); either may be NULL,
- * not both.  gamma, beta: n floats.  One thread. */
+ * not both.  gamma, beta: n floats.  Rows split over the sbgemm threads. */
 int bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
                     const float *bias, const float *gamma, const float *beta,
                     float eps, float *y, int64_t ldy, uint16_t *yb, int64_t ldb);
+
+/* Multi-head scaled dot-product attention of nb sequences of t tokens, in
+ * fp32 from BF16 Q, K, V: row (b*t + i) of qkv holds Q, K and V side by side
+ * (nh heads of d values each, so 3*nh*d <= ldq uint16); key_bias (nb x t
+ * floats) is added to every score of key j (0, or -1e30 for padding);
+ * ctx row (b*t + i), columns [h*d, (h+1)*d), receives softmax(q K^T *
+ * scale + key_bias) V of head h rounded to BF16 (ldc >= nh*d).  Softmax in
+ * fp32 with max subtraction.  use_kernel != 0 and a kernel selected: the
+ * two products by the sbgemm micro-kernel (BF16 products, fp32 sums; the
+ * probabilities rounded to BF16 before P V, as PyTorch's BF16 attention);
+ * otherwise portable C in fp32 throughout.  (sequence, head) pairs split
+ * over the sbgemm threads.  nb or t == 0: nothing. */
+int bf16k_attention(const uint16_t *qkv, int64_t ldq, int64_t nb, int64_t t,
+                    int64_t nh, int64_t d, const float *key_bias, float scale,
+                    int use_kernel, uint16_t *ctx, int64_t ldc);
 
 /* im2col of an NHWC BF16 image (x: n x h x w x c, C-contiguous) into
  * cols ((n*oh*ow) x (kh*kw*c), C-contiguous, cols_len uint16 at least):

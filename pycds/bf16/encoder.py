@@ -30,9 +30,11 @@ Where each operation runs (one forward pass over M = batch x tokens rows):
 
 * Q, K and V: one GEMM against the three weights packed side by side
   (``sbgemm_fused``, bias fused, BF16 out).
-* Attention: per group of sequences, scores in fp32 (numpy matmul of the
-  BF16 values widened), scale and padding mask, softmax in fp32, the
-  context product in fp32, rounded to BF16 once.
+* Attention: one native call (``gemm.attention``) for all sequences and
+  heads, on the sbgemm threads: scores, scale and padding mask, softmax
+  and the context product in fp32 from the BF16 Q, K, V, rounded to BF16
+  once.  (numpy's matmul here cost twice as much: its OpenBLAS threads
+  keep spinning after each call and slow the next sbgemm; docs/bf16.md.)
 * Output projection and the second MLP layer: ``sbgemm`` accumulating into
   the fp32 residual stream (``beta = 1``: the residual add is free), then
   ``layer_norm_rows`` adds the bias, normalises, and writes the fp32 stream
@@ -54,7 +56,7 @@ import os
 import numpy as np
 
 from pycds.bf16.convert import to_bf16, to_float32
-from pycds.bf16.gemm import layer_norm_rows, pack, sbgemm, sbgemm_fused
+from pycds.bf16.gemm import attention, layer_norm_rows, pack, sbgemm, sbgemm_fused
 from pycds.bf16.models import _check_state_dict, load_state_dict
 
 __all__ = [
@@ -76,11 +78,9 @@ WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 
-# A padded key's additive score: exp() of it is exactly 0 in fp32, and
-# adding it to any score stays finite (no overflow warning).
+# A padded key's additive score: its softmax weight is exactly 0, and
+# adding it to any score stays finite.
 _MASKED = np.float32(-1e30)
-# fp32 bytes of one group's attention scores: small enough to stay in L2.
-_SCORES_BYTES = 1 << 21
 
 
 def default_model_dir():
@@ -440,39 +440,16 @@ class Encoder:
         layer_norm_rows(h, *self._emb_ln, eps, out=h, out_bf16=hb)
         # Additive key mask: 0 for tokens, -1e30 for padding.
         key_bias = np.where(mask.astype(bool), np.float32(0), _MASKED).astype(np.float32)  # (B, T)
+        ctx = np.empty((M, H), np.uint16)  # attention output, BF16
         for L in self._layers:
             qkv = sbgemm_fused(hb, L.qkv, bias=L.qkv_b)  # (M, 3H) BF16
-            ctx = self._attention(qkv, B, T, key_bias)  # (M, H) BF16
+            attention(qkv, B, self.config.num_attention_heads, key_bias, out=ctx)  # (M, H) BF16
             sbgemm(ctx, L.out, c=h, beta=1.0)  # h += ctx @ Wo
             layer_norm_rows(h, L.ln1_g, L.ln1_b, eps, bias=L.out_b, out=h, out_bf16=hb)
             inter = sbgemm_fused(hb, L.ffn1, bias=L.ffn1_b, gelu=True)  # (M, I) BF16
             sbgemm(inter, L.ffn2, c=h, beta=1.0)  # h += inter @ W2
             layer_norm_rows(h, L.ln2_g, L.ln2_b, eps, bias=L.ffn2_b, out=h, out_bf16=hb)
         return h.reshape(B, T, H)
-
-    def _attention(self, qkv, B, T, key_bias):
-        # qkv: (B*T, 3H) BF16 -> context (B*T, H) BF16.  Scaled dot-product
-        # attention (Vaswani et al. 2017) per head, in fp32, a group of
-        # sequences at a time so that the scores stay in cache.
-        nh, d = self.config.num_attention_heads, self.config.head_dim
-        H = nh * d
-        q = to_float32(qkv).reshape(B, T, 3, nh, d)  # (B, T, 3, nh, d) fp32
-        ctx = np.empty((B, T, nh, d), np.float32)
-        scale = np.float32(1.0 / np.sqrt(d))
-        g = max(1, _SCORES_BYTES // (nh * T * T * 4))  # sequences per group
-        for b0 in range(0, B, g):
-            b1 = min(B, b0 + g)
-            qh = q[b0:b1, :, 0].transpose(0, 2, 1, 3)  # (g, nh, T, d)
-            kt = q[b0:b1, :, 1].transpose(0, 2, 3, 1)  # (g, nh, d, T)
-            vh = q[b0:b1, :, 2].transpose(0, 2, 1, 3)  # (g, nh, T, d)
-            s = np.matmul(qh, kt)  # (g, nh, T, T)
-            s *= scale
-            s += key_bias[b0:b1, None, None, :]
-            s -= s.max(axis=-1, keepdims=True)
-            np.exp(s, out=s)
-            s /= s.sum(axis=-1, keepdims=True)
-            np.matmul(s, vh, out=ctx[b0:b1].transpose(0, 2, 1, 3))  # (g, nh, T, d)
-        return to_bf16(ctx.reshape(B * T, H))
 
     # ---- embeddings ----------------------------------------------------------
 

@@ -66,7 +66,7 @@ except ImportError as exc:  # the native module is part of the product
     ) from exc
 
 __all__ = ["sbgemm", "sbgemm_fused", "pack", "PackedB", "kernel_name", "Bf16KernelError",
-           "layer_norm_rows", "gelu_f32"]
+           "layer_norm_rows", "gelu_f32", "attention"]
 
 ENV_KERNEL = "PYCDS_BF16_KERNEL"
 
@@ -692,3 +692,73 @@ def layer_norm_rows(x, gamma, beta, eps, bias=None, out=None, out_bf16=None):
         ptr(g, "const float *"), ptr(bt, "const float *"), float(eps),
         ptr(out, "float *", True), ld(out), ptr(out_bf16, "uint16_t *", True), ld(out_bf16)))
     return out, out_bf16
+
+
+def attention(qkv, batch, num_heads, key_bias, scale=None, out=None):
+    """Multi-head scaled dot-product attention from packed BF16 Q, K, V.
+
+    ``softmax(Q_h K_h^T * scale + key_bias) V_h`` for every sequence and
+    head h (Vaswani et al. 2017, "Attention Is All You Need").  With a
+    native kernel, both products run on the sbgemm micro-kernel (BF16
+    products, fp32 sums), the softmax in fp32 (row maximum subtracted), and
+    the probabilities are rounded to BF16 before the product with V, as
+    PyTorch's BF16 attention does; with the ``fallback`` kernel, portable C
+    in fp32 throughout.  One native call; the (sequence, head) pairs run on
+    the sbgemm worker threads.
+
+    Parameters
+    ----------
+    qkv : ndarray of uint16 (BF16 bits), shape (B*T, 3*H), unit column stride
+        Row ``b*T + t``: Q, K and V of token t of sequence b side by side,
+        each H = num_heads * d values, head h at ``[h*d, (h+1)*d)``
+        (what one GEMM against ``[Wq; Wk; Wv]`` gives).
+    batch : int
+        B.
+    num_heads : int
+    key_bias : ndarray of float32, shape (B, T)
+        Added to every score of key t: 0, or a large negative number (-1e30)
+        for padding (its softmax weight is then exactly 0).
+    scale : float, optional
+        Default ``1/sqrt(d)``.
+    out : ndarray of uint16, shape (B*T, H), unit column stride, optional
+
+    Returns
+    -------
+    ndarray of uint16, shape (B*T, H)
+        The context, BF16 bits, heads side by side (`out` if given).
+
+    Raises
+    ------
+    ValueError
+        On dtype or shape mismatch (got vs expected).
+    """
+    qkv = _as_bf16_bits(qkv, "qkv")
+    rows, three_h = qkv.shape
+    if batch < 0 or (batch == 0 and rows) or (batch and rows % batch) or num_heads <= 0 \
+            or three_h % (3 * num_heads):
+        raise ValueError(f"qkv of shape {qkv.shape} is not (batch*T, 3*H) for batch={batch}, "
+                         f"num_heads={num_heads}")
+    t = rows // batch if batch else 0
+    h = three_h // 3
+    d = h // num_heads
+    kb = np.ascontiguousarray(key_bias, dtype=np.float32)
+    if kb.shape != (batch, t):
+        raise ValueError(f"key_bias must have shape ({batch}, {t}), got {kb.shape}")
+    if out is None:
+        out = np.empty((rows, h), np.uint16)
+    elif (out.dtype != np.uint16 or out.shape != (rows, h) or not out.flags.writeable
+          or (rows > 1 and (out.strides[1] != 2 or out.strides[0] < 2 * h))):
+        raise ValueError(f"out must be writable uint16 of shape ({rows}, {h}) with unit column "
+                         f"stride, got {out.dtype} {out.shape}")
+    if rows == 0:
+        return out
+    if qkv.strides[1] != 2 or (rows > 1 and qkv.strides[0] < 2 * three_h):
+        qkv = np.ascontiguousarray(qkv)
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    ldq = qkv.strides[0] // 2 if rows > 1 else three_h
+    ldc = out.strides[0] // 2 if rows > 1 else h
+    _check(_lib.bf16k_attention(
+        _ffi.cast("const uint16_t *", _ffi.from_buffer(_base_view(qkv))), ldq, batch, t,
+        num_heads, d, _ffi.cast("const float *", _ffi.from_buffer(kb)), _fp32(scale),
+        int(_kernel != "fallback"), _ffi.cast("uint16_t *", _ffi.from_buffer(_base_view(out), require_writable=True)), ldc))
+    return out

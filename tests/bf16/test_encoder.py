@@ -161,6 +161,61 @@ class TestLayerNorm:
             gemm.layer_norm_rows(np.zeros((2, 0), np.float32), one[:0], zero[:0], 1e-5)
 
 
+class TestAttention:
+    @staticmethod
+    def reference(qkv, B, nh, key_bias, scale):
+        q = to_float32(qkv).astype(np.float64)
+        T = q.shape[0] // B
+        H = q.shape[1] // 3
+        d = H // nh
+        q = q.reshape(B, T, 3, nh, d).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, d)
+        s = q[0] @ q[1].transpose(0, 1, 3, 2) * scale + key_bias[:, None, None, :]
+        ctx = R.softmax(s) @ q[2]  # (B, nh, T, d)
+        return ctx.transpose(0, 2, 1, 3).reshape(B * T, H), np.abs(q[2]).max()
+
+    @pytest.mark.parametrize("kernel", KERNELS, indirect=True)
+    @pytest.mark.parametrize("B,T,nh,d", [(1, 1, 1, 2), (2, 7, 3, 16), (3, 37, 2, 32),
+                                          (1, 130, 4, 64), (2, 24, 12, 32), (1, 257, 1, 8)])
+    def test_matches_float64(self, kernel, B, T, nh, d):
+        rng = np.random.default_rng(B * 1000 + T)
+        qkv = to_bf16((2 * rng.standard_normal((B * T, 3 * nh * d))).astype(np.float32))
+        lengths = rng.integers(1, T + 1, B)
+        lengths[0] = T
+        key_bias = np.where(np.arange(T)[None] < lengths[:, None], 0, -1e30).astype(np.float32)
+        got = to_float32(gemm.attention(qkv, B, nh, key_bias))
+        assert got.shape == (B * T, nh * d)
+        ref, vmax = self.reference(qkv, B, nh, key_bias, 1 / np.sqrt(d))
+        # Native kernels round the probabilities to BF16 before P V (as
+        # PyTorch's BF16 attention), then the result: a few 2^-9 of max|V|.
+        tol = 2.0 ** -7 * vmax + 2.0 ** -8 * np.abs(ref)
+        assert np.all(np.abs(got - ref) <= tol), np.abs(got - ref).max()
+
+    def test_padding_is_ignored(self):
+        # Changing what sits at padded key positions changes nothing.
+        rng = np.random.default_rng(0)
+        qkv = to_bf16(rng.standard_normal((2 * 9, 3 * 16)).astype(np.float32))
+        kb = np.zeros((2, 9), np.float32)
+        kb[1, 5:] = -1e30
+        a = gemm.attention(qkv, 2, 2, kb)
+        qkv2 = qkv.copy()
+        qkv2[9 + 5:, 16:] = to_bf16(np.float32(1e4))  # keys and values of padded tokens
+        b = gemm.attention(qkv2, 2, 2, kb)
+        assert np.array_equal(a[9:14], b[9:14]) and np.array_equal(a[:9], b[:9])
+
+    def test_out_and_errors(self):
+        qkv = np.zeros((6, 12), np.uint16)
+        kb = np.zeros((2, 3), np.float32)
+        out = np.full((6, 4), 7, np.uint16)
+        assert gemm.attention(qkv, 2, 2, kb, out=out) is out and not out.any()
+        with pytest.raises(ValueError, match="not"):
+            gemm.attention(qkv, 4, 2, kb)
+        with pytest.raises(ValueError, match="key_bias"):
+            gemm.attention(qkv, 2, 2, np.zeros((2, 4), np.float32))
+        with pytest.raises(ValueError, match="out"):
+            gemm.attention(qkv, 2, 2, kb, out=np.zeros((6, 5), np.uint16))
+        assert gemm.attention(np.zeros((0, 12), np.uint16), 0, 2, np.zeros((0, 0))).shape == (0, 4)
+
+
 # --------------------------------------------------------------------------
 # a tiny BERT: always runs
 
