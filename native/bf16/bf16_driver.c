@@ -1353,6 +1353,27 @@ bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
 
 /* ---- transformer row kernels: LayerNorm, attention ---------------------- */
 
+/* name(params): the always-inline `body` compiled twice, for the baseline
+ * ISA and for AVX2 (GCC vectorises each; 8 lanes), called through name(),
+ * which takes the AVX2 copy when detect() found AVX2. */
+#if defined(__x86_64__)
+#define ROW_KERNEL(name, body, params, args)                            \
+    static void name##_generic params { body args; }                    \
+    __attribute__((target("avx2"))) static void name##_avx2 params      \
+    { body args; }                                                      \
+    static void name params                                             \
+    {                                                                   \
+        if (have_avx2) {                                                \
+            name##_avx2 args;                                           \
+        } else {                                                        \
+            name##_generic args;                                        \
+        }                                                               \
+    }
+#else
+#define ROW_KERNEL(name, body, params, args)                            \
+    static void name params { body args; }
+#endif
+
 /* Run chunks 0..ntasks-1 of task on the sbgemm threads (the pool), or on
  * this thread alone below MIN_FLOPS_PER_THREAD of work per thread. */
 static int
@@ -1479,20 +1500,9 @@ layernorm_rows(const layernorm_t *t, int64_t i0, int64_t i1, float *restrict v)
     }
 }
 
-static void
-layernorm_generic(const layernorm_t *t, int64_t i0, int64_t i1, float *v)
-{
-    layernorm_rows(t, i0, i1, v);
-}
 
-#if defined(__x86_64__)
-__attribute__((target("avx2")))
-static void
-layernorm_avx2(const layernorm_t *t, int64_t i0, int64_t i1, float *v)
-{
-    layernorm_rows(t, i0, i1, v);
-}
-#endif
+ROW_KERNEL(layernorm_run, layernorm_rows,
+           (const layernorm_t *t, int64_t i0, int64_t i1, float *v), (t, i0, i1, v))
 
 static int
 layernorm_task(const void *ctx, int64_t idx, apack_t *ap)
@@ -1504,13 +1514,7 @@ layernorm_task(const void *ctx, int64_t idx, apack_t *ap)
     }
     const int64_t i0 = idx * LN_ROWS;
     const int64_t i1 = i0 + LN_ROWS < t->m ? i0 + LN_ROWS : t->m;
-#if defined(__x86_64__)
-    if (have_avx2) {
-        layernorm_avx2(t, i0, i1, ap->cbuf);
-        return BF16K_OK;
-    }
-#endif
-    layernorm_generic(t, i0, i1, ap->cbuf);
+    layernorm_run(t, i0, i1, ap->cbuf);
     return BF16K_OK;
 }
 
@@ -1662,21 +1666,9 @@ attn_head_body(const attn_t *a, int64_t b, int64_t h, float *restrict w)
     }
 }
 
-static void
-attn_head_generic(const attn_t *a, int64_t b, int64_t h, float *w)
-{
-    attn_head_body(a, b, h, w);
-}
 
-#if defined(__x86_64__)
-/* The same code, vectorised by GCC for AVX2 (8 lanes). */
-__attribute__((target("avx2")))
-static void
-attn_head_avx2(const attn_t *a, int64_t b, int64_t h, float *w)
-{
-    attn_head_body(a, b, h, w);
-}
-#endif
+ROW_KERNEL(attn_head_c, attn_head_body,
+           (const attn_t *a, int64_t b, int64_t h, float *w), (a, b, h, w))
 
 /* C (m x n fp32, ldc) = alpha * A (m x k BF16, rows a_rs apart) @ packed B,
  * on this thread (inside a task). */
@@ -1716,20 +1708,9 @@ softmax_rows_bf16(float *restrict s, const float *restrict kb, int64_t T,
     }
 }
 
-static void
-softmax_rows_generic(float *s, const float *kb, int64_t T, uint16_t *p)
-{
-    softmax_rows_bf16(s, kb, T, p);
-}
 
-#if defined(__x86_64__)
-__attribute__((target("avx2")))
-static void
-softmax_rows_avx2(float *s, const float *kb, int64_t T, uint16_t *p)
-{
-    softmax_rows_bf16(s, kb, T, p);
-}
-#endif
+ROW_KERNEL(softmax_rows, softmax_rows_bf16,
+           (float *s, const float *kb, int64_t T, uint16_t *p), (s, kb, T, p))
 
 /* One (sequence, head) with the sbgemm micro-kernel, as PyTorch's BF16
  * attention does it: S = Q K^T * scale (BF16 products, fp32 sums), softmax
@@ -1764,15 +1745,7 @@ attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
         return rc;
     }
     const float *kb = a->key_bias + b * T;
-#if defined(__x86_64__)
-    if (have_avx2) {
-        softmax_rows_avx2(S, kb, T, P);
-    } else {
-        softmax_rows_generic(S, kb, T, P);
-    }
-#else
-    softmax_rows_generic(S, kb, T, P);
-#endif
+    softmax_rows(S, kb, T, P);
     rc = gemm_here(d, T, dh, T, 1.0f, P, T, vp, O, dh, ap);
     if (rc != BF16K_OK) {
         return rc;
@@ -1799,13 +1772,7 @@ attn_task(const void *ctx, int64_t idx, apack_t *ap)
     if (rc != BF16K_OK) {
         return rc;
     }
-#if defined(__x86_64__)
-    if (have_avx2) {
-        attn_head_avx2(a, b, h, ap->cbuf);
-        return BF16K_OK;
-    }
-#endif
-    attn_head_generic(a, b, h, ap->cbuf);
+    attn_head_c(a, b, h, ap->cbuf);
     return BF16K_OK;
 }
 
