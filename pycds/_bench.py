@@ -435,20 +435,22 @@ def _archive_facts(path):
 
 def _table(r, made, temporary):
     import shlex
+    from ._cache import counted
     if r["archive_modules"] is None:
         facts = "unreadable"
     else:
-        facts = f"{r['archive_modules']} modules, {r['archive_bytes'] / 2**20:.1f} MiB"
+        facts = (f"{counted(r['archive_modules'], 'module')}, "
+                 f"{r['archive_bytes'] / 2**20:.1f} MiB")
     where = "temporary" if temporary else r["archive"]
     how = "made by a DUMP run" if made else "given"
     m = r["median_ms"]
     rows = [("wall ms", "wall"), ("CPU ms", "cpu")]
     lines = [f"command:  {shlex.join(r['command'])}",
              f"archive:  {where}, {how}: {facts}",
-             f"served:   {r['served']} modules in a SHARE run"
+             f"served:   {counted(r['served'], 'module')} in a SHARE run"
              + (f", {r['fallbacks']} fell back to plain import" if r["fallbacks"] else ""),
-             f"reps:     {r['reps']} of each, interleaved, after {r['warmup']} warm-up"
-             f"{'' if r['warmup'] == 1 else 's'}",
+             f"reps:     {r['reps']} of each, interleaved, after "
+             f"{counted(r['warmup'], 'warm-up')}",
              "",
              f"{'':10} {'plain':>10} {'SHARE':>10} {'SHARE/plain':>12}"
              + (f" {'AUTO':>10} {'AUTO/SHARE':>11}" if "AUTO" in m else "")]

@@ -2,7 +2,8 @@
 
 Without ``PYCDSARCHIVE``, DUMP, SHARE and AUTO use one archive per
 interpreter and program in the cache directory (pycds._config.cache_dir:
-``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``), named by a hash.
+``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``), named after the
+program and a hash (``app-<hash>.img``).
 
 ``list``             one line per archive: age, size, modules, how many are
                      stale now, the interpreter and the program it was made for
@@ -21,9 +22,16 @@ import time
 from . import _archive, _config, _pyc
 from .errors import ArchiveFormatError
 
-__all__ = ["add_parser", "archives"]
+__all__ = ["add_parser", "archives", "counted"]
 
 _SUFFIX = ".img"
+
+
+def counted(n, noun, plural=None):
+    """``n`` and ``noun``, in the plural (``plural``, default ``noun`` + "s")
+    unless ``n`` is 1: "1 archive", "0 archives" (for every count the
+    command line prints: pycds.__main__, pycds._bench)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def archives(cache=None):
@@ -51,7 +59,7 @@ def describe(path):
         st = os.stat(path)
         index = _archive.Index.open(path, check_owner=False, check_interpreter=False)
     except (OSError, ArchiveFormatError) as e:
-        out["error"] = str(e)
+        out["error"] = (e.strerror if isinstance(e, OSError) and e.strerror else str(e))
         return out
     try:
         meta = index.meta
@@ -82,7 +90,9 @@ def _age(s):
 def cmd_list(args):
     paths = archives()
     if not paths:
-        print(f"no archives in {_config.cache_dir() or '(no cache directory)'}")
+        cache = _config.cache_dir()
+        print(f"no archives in {cache}" if cache else
+              "no archives: no cache directory (no home directory; set XDG_CACHE_HOME)")
         return 0
     print(f"{'age':>7} {'MiB':>7} {'modules':>7} {'stale':>5}  {'python':8} program")
     for p in paths:
@@ -93,7 +103,7 @@ def cmd_list(args):
         stale = "-" if d["stale"] is None else d["stale"]
         print(f"{_age(d['age_s']):>7} {d['bytes'] / 2**20:7.1f} {d['modules']:7} {stale:>5}  "
               f"{d['python']:8} {d['program']}")
-    print(f"{len(paths)} archives in {_config.cache_dir()}")
+    print(f"{counted(len(paths), 'archive')} in {_config.cache_dir()}")
     return 0
 
 
@@ -101,20 +111,24 @@ def cmd_clear(args):
     cache = _config.cache_dir()
     paths = archives()
     limit = None if args.older_than is None else args.older_than * 86400
+    from . import _writer
     removed = 0
+    ours = [p for p in paths if _writer.starts_with(p, _archive.MAGIC)]
+    for p in sorted(set(paths) - set(ours)):
+        print(f"pycds: {p} is not a pycds archive: left as it is", file=sys.stderr)
+    paths = ours
     for p in paths:
         try:
-            if limit is not None and time.time() - os.stat(p).st_mtime < limit:
+            if limit is not None and time.time() - os.lstat(p).st_mtime < limit:
                 continue
             os.unlink(p)
             removed += 1
         except OSError as e:
             print(f"pycds: {p}: {e.strerror or e}", file=sys.stderr)
     if cache and os.path.isdir(cache):
-        from . import _writer
         for p in paths:
             _writer._sweep_stale(cache, os.path.basename(p))
-    print(f"removed {removed} of {len(paths)} archives")
+    print(f"removed {removed} of {counted(len(paths), 'archive')}")
     return 0
 
 
@@ -125,6 +139,11 @@ def cmd_path(args):
     if not command:
         args.path_parser.error("give the command line after --, as in "
                                "python -m pycds cache path -- python app.py")
+    if not os.path.basename(command[0]).startswith(("python", "pypy")):
+        # Asked as `COMMAND -c CODE`, anything else would run the program.
+        args.path_parser.error(f"{command[0]} is not a Python interpreter: give the command "
+                               "line with its Python, as in python -m pycds cache path -- "
+                               "python app.py")
     # The path hashes the interpreter that runs the command: ask it.
     code = ("import sys; from pycds import _config; "
             "print(_config.default_archive_path(argv=sys.argv[1:]) or '')")
@@ -136,11 +155,25 @@ def cmd_path(args):
         print(f"pycds: {command[0]}: {e.strerror or e}", file=sys.stderr)
         return 2
     if r.returncode != 0 or not r.stdout.strip():
-        why = r.stderr.strip().splitlines()[-1:] or ["no cache directory"]
-        print(f"pycds: {command[0]} gives no default archive: {why[0]}", file=sys.stderr)
+        print(f"pycds: {command[0]} gives no default archive: {_why_no_path(r)}",
+              file=sys.stderr)
         return 2
     print(r.stdout.strip())
     return 0
+
+
+def _why_no_path(r):
+    """Why the command's Python printed no archive path (``r``: its run),
+    in words: no pycds there, not a Python, no cache directory."""
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    if r.returncode == 0:
+        return "there is no cache directory (no home directory; set XDG_CACHE_HOME)"
+    if "No module named 'pycds'" in last:
+        return "pycds is not installed for it"
+    if last.partition(": ")[0].endswith(("Error", "Exception")):
+        last = last.partition(": ")[2]      # a Python's traceback: its message
+    return ("give the command line that starts the program with its Python, as in "
+            "'-- python app.py'" + (f" (it said: {last})" if last else ""))
 
 
 def _days(text):
@@ -157,16 +190,37 @@ def _days(text):
 def add_parser(subparsers):
     """Add the ``cache`` subcommand to ``subparsers`` (of python -m pycds)."""
     import argparse
-    p = subparsers.add_parser("cache", help="list, clear or locate the default archives")
-    sub = p.add_subparsers(dest="cache_command", required=True)
-    sub.add_parser("list", help="the archives, with their program and state") \
-        .set_defaults(func=cmd_list)
-    c = sub.add_parser("clear", help="remove archives")
+    p = subparsers.add_parser(
+        "cache", help="list, clear or locate the default archives",
+        description="The default archives: those DUMP, SHARE and AUTO use without "
+                    "PYCDSARCHIVE, one per program and interpreter, in "
+                    "$XDG_CACHE_HOME/pycds (else ~/.cache/pycds), named after the "
+                    "program.")
+    # No subcommand: this help (python -m pycds prints it, exit status 0).
+    p.set_defaults(help_parser=p)
+    sub = p.add_subparsers(dest="cache_command", metavar="COMMAND", title="commands")
+    sub.add_parser(
+        "list", help="list the archives, with their program and state",
+        description="List the default archives, one a line: age (since written), size "
+                    "in MiB, modules, how many of those are stale now (sources changed "
+                    "since the dump; - for another interpreter's archive), the Python "
+                    "version and the program (command line) it was made for; then how "
+                    "many there are, and where.").set_defaults(func=cmd_list)
+    c = sub.add_parser(
+        "clear", help="remove archives",
+        description="Remove the default archives (all, or those not written for DAYS "
+                    "days) and the temporary files of writers that died. A file there "
+                    "that is not a pycds archive is left as it is.")
     c.add_argument("--older-than", type=_days, metavar="DAYS",
-                   help="only those not written for DAYS days")
+                   help="only those not written for DAYS days (a number, 0 or more)")
     c.set_defaults(func=cmd_clear)
-    w = sub.add_parser("path", help="the archive a command line would use",
-                       usage="python -m pycds cache path -- COMMAND [ARG ...]")
+    w = sub.add_parser(
+        "path", help="print the archive a command line would use",
+        usage="python -m pycds cache path -- COMMAND [ARG ...]",
+        description="Print the path of the default archive that COMMAND would use: "
+                    "give, after --, the command line that starts the program with its "
+                    "Python (python app.py, python -m pkg); that Python is asked, as the "
+                    "path depends on the interpreter and the program.")
     w.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     w.set_defaults(func=cmd_path, path_parser=w)
     return p

@@ -173,6 +173,19 @@ class TestBenchCommand:
         assert tty.getvalue() == "\r[pycds bench] rep 1/2: plain\x1b[K\r\x1b[K"
         assert pipe.getvalue() == ""
 
+    def test_counts_in_the_report_are_in_the_right_number(self):
+        times = {"wall": 10.0, "cpu": 9.0}
+        r = {"command": ["python", "app.py"], "reps": 1, "warmup": 1, "archive": None,
+             "archive_modules": 1, "archive_bytes": 2**20, "served": 1, "fallbacks": 0,
+             "median_ms": {"plain": times, "SHARE": times}, "ratio": {"wall": 1, "cpu": 1}}
+        one = _bench._table(r, True, True)
+        assert "temporary, made by a DUMP run: 1 module, 1.0 MiB" in one, one
+        assert "served:   1 module in a SHARE run" in one, one
+        assert "after 1 warm-up" in one and "1 warm-ups" not in one, one
+        many = _bench._table(dict(r, archive_modules=2, served=0, warmup=2), True, True)
+        assert "2 modules, 1.0 MiB" in many and "served:   0 modules" in many, many
+        assert "after 2 warm-ups" in many, many
+
 
 class TestInterleave:
     def test_rotates_and_drops_warmups(self):

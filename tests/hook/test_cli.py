@@ -1,10 +1,15 @@
-"""python -m pycds info / verify / dump."""
+"""python -m pycds info / verify / dump / cache, and the command line itself:
+--version, help, errors, counts."""
 
+import argparse
 import os
+import platform
 import re
 import subprocess
 import sys
 import time
+
+import pycds
 
 from conftest import clean_env, flip_bits, run_python
 
@@ -111,6 +116,181 @@ class TestCli:
         assert f"pycds: {lst}: not a UTF-8 module list (byte 0xb1 at offset 8)" in r.err, r
 
 
+def flat(text):
+    """``text`` with its whitespace runs made single spaces: help text as
+    words, whatever width and layout argparse gives it (3.13 changed some)."""
+    return " ".join(text.split())
+
+
+def agrees(n, noun):
+    """Whether ``noun`` is in the number ``n`` asks for ("1 module", "2 modules")."""
+    return noun.endswith(("s", "ies")) != (int(n) == 1)
+
+
+# Words of a message a user should never meet: Python exception classes,
+# errno numbers, a traceback, the names of pycds's modules and of argparse's
+# destinations.
+INTERNAL = re.compile(r"Traceback|[a-z]Error\b|Exception\b|\[Errno|pycds\._|_native|"
+                      r"cache_command|argument command\b|\bfunc\b")
+
+
+class TestCliUsage:
+    """The command line as pip's, pytest's and git's users expect it."""
+
+    def test_version(self, tmp_path):
+        r = run_python(["-m", "pycds", "--version"], cwd=tmp_path)
+        assert r.rc == 0 and r.err == "", r
+        assert r.out.startswith(f"pycds {pycds.__version__} "), r
+        assert f"{platform.python_implementation()} {platform.python_version()}" in r.out, r
+        assert sys.executable in r.out and len(r.out.splitlines()) == 1, r
+        assert run_python(["-m", "pycds", "-V"], cwd=tmp_path).out == r.out
+
+    def test_help_names_the_modes_commands_and_docs(self, tmp_path):
+        r = run_python(["-m", "pycds", "--help"], cwd=tmp_path)
+        assert r.rc == 0 and r.err == "", r
+        lines = [line.split() for line in r.out.splitlines()]
+        for mode in ("AUTO", "DUMP", "SHARE", "TRACE"):
+            # one line each, saying what it does
+            assert sum(w[:1] == [f"PYCDSMODE={mode}"] and len(w) > 3 for w in lines) == 1, r
+        for command in ("info", "verify", "dump", "bench", "cache"):
+            assert sum(w[:1] == [command] and len(w) > 2 for w in lines) == 1, (command, r)
+        assert "README.md" in r.out and "docs/env-vars.md" in r.out, r
+        assert "--version" in r.out
+
+    def test_no_command_prints_the_help(self, tmp_path):
+        # as pip does: the help on stdout, exit status 0
+        r = run_python(["-m", "pycds"], cwd=tmp_path)
+        assert r.rc == 0 and r.err == "", r
+        assert r.out == run_python(["-m", "pycds", "--help"], cwd=tmp_path).out
+
+    def test_cache_alone_prints_the_cache_help(self, tmp_path):
+        r = run_python(["-m", "pycds", "cache"], cwd=tmp_path)
+        assert r.rc == 0 and r.err == "" and "required" not in r.out, r
+        assert r.out == run_python(["-m", "pycds", "cache", "--help"], cwd=tmp_path).out
+        lines = [line.split() for line in r.out.splitlines()]
+        for command in ("list", "clear", "path"):
+            assert sum(w[:1] == [command] and len(w) > 2 for w in lines) == 1, (command, r)
+
+    def test_subcommand_help_says_what_each_does(self, tmp_path):
+        said = {
+            ("info",): ["ARCHIVE", "the archive file", "header", "header only"],
+            ("dump",): ["LIST", "ARCHIVE", "module names, one a line", "TRACE",
+                        "replaced only if it is a pycds archive", "Exit status"],
+            ("cache", "list"): ["List the default archives", "stale", "program"],
+            ("cache", "clear"): ["Remove the default archives", "--older-than DAYS"],
+            ("cache", "path"): ["Print the path of the default archive", "after --"],
+            ("bench",): ["--reps", "ratio", "Exit status"],
+        }
+        for words, expected in said.items():
+            r = run_python(["-m", "pycds", *words, "--help"], cwd=tmp_path)
+            assert r.rc == 0 and r.err == "", r
+            for text in expected:
+                assert text in flat(r.out), (words, text, r.out)
+
+    def test_verify_help_says_what_the_readme_says(self, tmp_path):
+        r = run_python(["-m", "pycds", "verify", "--help"], cwd=tmp_path)
+        assert r.rc == 0, r
+        text = flat(r.out)
+        for words in ("sources changed since the dump", "fail their checksums", "damaged",
+                      "whether SHARE would refuse the file", "permissions",
+                      "1 when a module changed, a part is damaged or SHARE would refuse"):
+            assert words in text, (words, r.out)
+
+    def test_every_argument_and_subcommand_has_help(self):
+        # The parser python -m pycds uses, walked: a new argument without
+        # help text fails here.  Only the command lines taken after "--"
+        # are left out of the list (their usage line shows them).
+        from pycds.__main__ import parser
+
+        def walk(p, path):
+            assert p.description, path
+            for action in p._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    helps = {a.dest: a.help for a in action._choices_actions}
+                    for name, sub in action.choices.items():
+                        assert helps.get(name), path + [name]
+                        yield from walk(sub, path + [name])
+                elif action.help == argparse.SUPPRESS:
+                    assert action.nargs == argparse.REMAINDER, (path, action.dest)
+                else:
+                    assert action.help, (path, action.dest)
+                    yield path, action
+        assert len(list(walk(parser(), ["python -m pycds"]))) > 15
+
+    def test_errors_name_nothing_internal(self, tmp_path):
+        lst = tmp_path / "mods.lst"
+        lst.write_text("json\n")
+        (tmp_path / "garbage.img").write_bytes(b"garbage" * 100)
+        # a Python without pycds (no site-packages)
+        bare = tmp_path / "python3-bare"
+        bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+        bare.chmod(0o755)
+        for args in (["bogus"], ["--bogus"], ["cache", "bogus"], ["info"], ["dump", "x"],
+                     ["verify", "--check", "sha", "a.img"], ["info", "missing.img"],
+                     ["info", "garbage.img"], ["verify", str(tmp_path)],
+                     ["cache", "clear", "--older-than", "x"],
+                     ["dump", "missing.lst", "a.img"], ["dump", str(lst), str(tmp_path)],
+                     ["cache", "path"], ["cache", "path", "--", str(tmp_path / "absent")],
+                     ["cache", "path", "--", str(bare), "app.py"],
+                     ["bench", "--reps", "0", "--", sys.executable, "-c", "pass"],
+                     ["bench", "--", str(tmp_path / "absent")]):
+            r = run_python(["-m", "pycds", *args], cwd=tmp_path)
+            assert r.rc == 2 and r.out == "", (args, r)
+            assert r.err.startswith(("usage:", "pycds")), (args, r)
+            assert not INTERNAL.search(r.err), (args, r)
+        r = run_python(["-m", "pycds", "cache", "path", "--", str(bare), "app.py"],
+                       cwd=tmp_path)
+        assert "pycds is not installed for it" in r.err, r
+        r = run_python(["-m", "pycds", "dump", "missing.lst", "a.img"], cwd=tmp_path)
+        assert r.err == "pycds: missing.lst: No such file or directory\n", r
+        # A command that is not a Python is not run to be asked.
+        prog = tmp_path / "prog"
+        prog.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ran'}\n")
+        prog.chmod(0o755)
+        r = run_python(["-m", "pycds", "cache", "path", "--", str(prog)], cwd=tmp_path)
+        assert r.rc == 2 and "is not a Python interpreter" in r.err, r
+        assert not (tmp_path / "ran").exists()
+
+    def test_a_checkout_in_the_working_directory_is_named(self, tmp_path):
+        """From a source tree with no native module built (the checkout's
+        root), a command that needs it says what to do in one line."""
+        import shutil
+        img = make_archive(tmp_path)
+        tree = tmp_path / "checkout"
+        shutil.copytree(os.path.dirname(pycds.__file__), tree / "pycds",
+                        ignore=shutil.ignore_patterns("*.so", "__pycache__", "bf16"))
+        (tree / "setup.py").write_text("")
+        r = run_python(["-m", "pycds", "verify", img], cwd=tree)
+        assert r.rc == 2 and len(r.err.splitlines()) == 1, r
+        assert f"is the source checkout {tree / 'pycds'}, not the installed one" in r.err, r
+        assert "run this command from another directory" in r.err, r
+        assert not INTERNAL.search(r.err), r
+        v = run_python(["-m", "pycds", "--version"], cwd=tree)
+        assert v.rc == 0 and f" from {tree / 'pycds'} (" in v.out, v
+        # An installed copy without it (a broken install): reinstall.
+        (tree / "setup.py").unlink()
+        r = run_python(["-m", "pycds", "dump", os.devnull, str(tmp_path / "b.img")], cwd=tree)
+        assert r.rc == 2 and len(r.err.splitlines()) == 1, r
+        assert r.err.endswith(": reinstall pycds\n") and not INTERNAL.search(r.err), r
+
+    def test_counts_are_in_the_right_number(self, tmp_path):
+        img = make_archive(tmp_path)
+        r = run_python(["-m", "pycds", "verify", img], cwd=tmp_path)
+        m = re.search(r"^0 of (\d+) (\w+) changed since the dump$", r.out, re.M)
+        assert m and agrees(m.group(1), m.group(2)), r
+        r = run_python(["-m", "pycds", "info", "-q", img], cwd=tmp_path)
+        m = re.search(r"^relocations: +(\d+) (\w+) \((\d+) (\w+)\)$", r.out, re.M)
+        assert m and agrees(*m.group(1, 2)) and agrees(*m.group(3, 4)), r
+        for label in ("heap", "chunk table", "file"):
+            m = re.search(rf"^{label}: +(\d+) (\w+)$", r.out, re.M)
+            assert m and agrees(*m.group(1, 2)), (label, r)
+        from pycds._cache import counted
+        assert [counted(n, "archive") for n in (0, 1, 2)] == \
+            ["0 archives", "1 archive", "2 archives"]
+        assert counted(1, "entry", "entries") == "1 entry"
+        assert counted(3, "entry", "entries") == "3 entries"
+
+
 class TestCliIntegrity:
     def test_verify_reports_damaged_chunks(self, tmp_path):
         img = make_archive(tmp_path)
@@ -164,8 +344,9 @@ class TestCliIntegrity:
         src = os.path.dirname(pycds.__file__)
         shutil.copytree(src, tmp_path / "pycds",
                         ignore=shutil.ignore_patterns("*.so", "__pycache__", "bf16"))
+        (tmp_path / "setup.py").write_text("")        # what makes it a checkout
         r = run_python(["-c", "import pycds._nativeapi"], cwd=tmp_path)
-        assert r.rc == 1 and "run from another directory" in r.err, r
+        assert r.rc == 1 and "run from another directory" in r.err.lower(), r
 
     def test_info_on_foreign_archive_shows_header(self, tmp_path):
         import marshal
@@ -238,8 +419,31 @@ class TestCacheCommands:
         r = run_python(["-m", "pycds", "cache", "clear", "--older-than", "2"],
                        cwd=tmp_path, **env)
         assert r.out == "removed 1 of 2 archives\n" and not old.exists(), r
+        listed = run_python(["-m", "pycds", "cache", "list"], cwd=tmp_path, **env)
+        assert listed.out.splitlines()[-1] == f"1 archive in {cache}", listed
         r = run_python(["-m", "pycds", "cache", "clear"], cwd=tmp_path, **env)
-        assert r.out == "removed 1 of 1 archives\n" and list(cache.glob("*.img")) == [], r
+        assert r.out == "removed 1 of 1 archive\n" and list(cache.glob("*.img")) == [], r
         bad = run_python(["-m", "pycds", "cache", "clear", "--older-than", "x"],
                          cwd=tmp_path, **env)
         assert bad.rc == 2 and "number of days" in bad.err, bad
+
+    def test_list_names_the_program_its_archive_is_named_for(self, tmp_path):
+        """An archive is named after its program (app-<hash>.img), and cache
+        list shows the program, for a script and for -m alike."""
+        cache = tmp_path / "xdg"
+        (tmp_path / "tool.py").write_text("import json\n")
+        (tmp_path / "mymod.py").write_text("import csv\n")
+        env = {"XDG_CACHE_HOME": str(cache)}
+        for args in (["tool.py"], ["-m", "mymod"]):
+            r = run_python(args, cwd=tmp_path, PYCDSMODE="DUMP", **env)
+            assert r.rc == 0 and os.path.isdir(cache / "pycds"), r
+        names = sorted(os.listdir(cache / "pycds"))
+        assert [n.split("-")[0] for n in names] == ["mymod", "tool"], names
+        r = run_python(["-m", "pycds", "cache", "list"], cwd=tmp_path, **env)
+        assert r.rc == 0, r
+        programs = sorted(line.split(None, 5)[5] for line in r.out.splitlines()[1:-1])
+        assert programs == [f"{sys.executable} -m mymod", f"{sys.executable} tool.py"], r
+        for args, name in ((["-m", "mymod"], "mymod"), (["tool.py"], "tool")):
+            p = run_python(["-m", "pycds", "cache", "path", "--", sys.executable, *args],
+                           cwd=tmp_path, **env)
+            assert p.rc == 0 and os.path.basename(p.out.strip()).startswith(f"{name}-"), p
