@@ -131,6 +131,10 @@ def _activate(cfg):
             return finder.install(cfg)
         return _Opener.install(cfg)
     if cfg.mode == _config.MODE_AUTO:
+        if not sys.flags.dev_mode and os.path.isfile(cfg.archive):
+            # The archive (and AUTO's exit handler) at the first import, as
+            # SHARE: a program that imports nothing more pays for neither.
+            return _Opener.install(cfg)
         from . import auto
         return auto.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
@@ -169,8 +173,10 @@ OPEN_WAIT_S = 0.5
 
 
 class _Opener:
-    """SHARE's place on ``sys.meta_path`` until the program's first import:
-    it opens the archive then and puts pycds.finder's finder in its place,
+    """SHARE's (and AUTO's, when it has an archive file) place on
+    ``sys.meta_path`` until the program's first import: it opens the archive
+    then and puts pycds.finder's finder in its place (AUTO: pycds.auto's
+    install, with its exit handler),
     so that a start-up imports only this package and its settings
     (pycds._config), and a program that imports nothing opens nothing.  An
     archive it cannot use leaves it there, declining every import.  A meta
@@ -186,6 +192,9 @@ class _Opener:
         self.done = False
         self.finder = None
         self.plain = []     # the interpreter's imports let through
+        # (AUTO) what start-up imported before pycds.pth ran: not archived.
+        from ._config import MODE_AUTO
+        self.preloaded = set(sys.modules) if cfg.mode == MODE_AUTO else None
 
     @classmethod
     def install(cls, cfg):
@@ -266,6 +275,10 @@ class _Opener:
             _log.warning(f"pycds not activated: {e!r}")
             return None
         try:
+            if self.preloaded is not None:
+                from . import auto
+                return auto.install(self.cfg, self.preloaded, replacing=self,
+                                    startup_path=self.startup_path, started_plain=self.plain)
             return finder.install(self.cfg, replacing=self, startup_path=self.startup_path,
                                   started_plain=self.plain)
         except Exception as e:
@@ -276,7 +289,7 @@ class _Opener:
             return None
 
 
-# SHARE's opener while its archive is not open (None: not started so).
+# SHARE's (AUTO's) opener while its archive is not open (None: not started so).
 _opener = None
 
 

@@ -69,12 +69,12 @@ def add_backoff_s(adds):
 class _Run:
     """This process's AUTO state, from start-up to its exit handler."""
 
-    def __init__(self, cfg, installed):
+    def __init__(self, cfg, installed, preloaded=None):
         self.cfg = cfg
         self.installed = installed
         # What start-up imported before pycds.pth ran: a SHARE run imports
         # it before its finder too, so it is not archived.
-        self.preloaded = set(sys.modules)
+        self.preloaded = set(sys.modules) if preloaded is None else preloaded
         self.recording = False
         self.settling = False   # a pycds._settle watcher was started
         self.wrote = False      # an archive write was made by this process
@@ -170,9 +170,11 @@ class _Run:
         if not self.unfit():
             return
         todo, replaces = self.todo()
-        if not todo:
-            return
         path = self.cfg.archive
+        if not todo and (self.installed is not None or os.path.lexists(path)):
+            return
+        # (Nothing to archive and no file yet: an empty archive, so that the
+        # next runs open it at their first import instead of recording.)
         if not replaces and not self.wrote:
             # (A process's exit write after its settle write is one rewrite.)
             index = self.installed.archive.index
@@ -257,13 +259,16 @@ def _unwritable(path):
     return ""
 
 
-def install(cfg):
-    """AUTO's start-up: the finder over what the archive serves (None when
-    there is no usable archive), and the exit handler that writes what it
-    lacked.  With no usable archive the run records as DUMP does (the code
-    its imports ran, their order), since it writes every module."""
-    installed = finder.install(cfg)
-    run = _Run(cfg, installed)
+def install(cfg, preloaded=None, **where):
+    """AUTO's start-up, or its program's first import (pycds._Opener): the
+    finder over what the archive serves (None when there is no usable
+    archive), and the exit handler that writes what it lacked.  With no
+    usable archive the run records as DUMP does (the code its imports ran,
+    their order), since it writes every module.  ``preloaded``: the modules
+    start-up imported before pycds.pth ran (default: those imported now);
+    ``where``: pycds.finder.install's placement arguments."""
+    installed = finder.install(cfg, **where)
+    run = _Run(cfg, installed, preloaded)
     if installed is None:
         from ._advice import writable
         # A file of the user's: install() said AUTO writes nothing over it.

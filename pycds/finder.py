@@ -467,6 +467,21 @@ def _first_search(*args):
 _search_find_spec = _first_search
 
 
+def _cached(spec, entry):
+    """``spec.cached`` for the spec of ``entry``'s own origin, taken from
+    the entry where ModuleSpec would compute the same path: the dump's
+    ``spec.cached`` for that origin (the same cache tag and optimization
+    level: the archive is this interpreter's), made with no
+    ``sys.pycache_prefix``, and none now (``cache_from_source`` costs about
+    a sixth of a hit).  The spec keeps it, as ModuleSpec keeps what it
+    computes."""
+    pyc = entry.pyc_path
+    if spec._cached is None and sys.pycache_prefix is None and \
+            pyc.startswith(entry.origin.rpartition("/")[0] + "/__pycache__/"):
+        spec._cached = pyc
+    return spec.cached
+
+
 def _path_finder_next(finder):
     """Whether ``finder`` stands just before the stock PathFinder on
     ``sys.meta_path``, as install() put it.  Only then is PathFinder's answer
@@ -567,7 +582,8 @@ class CDSFinder:
             facts, moved = None, True
         # (PYCDSCHECK=unchecked trusts the dumped files, not others.)
         check = "mtime" if moved and archive.check == "unchecked" else archive.check
-        reason, st = _pyc.check(entry, check, spec.cached, facts and facts[3:])
+        cached = spec.cached if moved else _cached(spec, entry)
+        reason, st = _pyc.check(entry, check, cached, facts and facts[3:])
         if reason is not None:
             _stale_fallback(fullname, f"resolves to another file ({reason} there)"
                             if moved else reason)

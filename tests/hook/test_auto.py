@@ -379,3 +379,37 @@ def test_dump_takes_path_like_archives_and_refuses_a_str_of_modules(tmp_path):
     r = run_python(["-c", "import pycds; pycds.dump('x.img', 'json')"], cwd=str(tmp_path))
     assert "TypeError: modules is an iterable of module names" in r.err, r
     assert not (tmp_path / "x.img").exists()
+
+
+def test_a_program_that_imports_nothing_gets_an_empty_archive(tmp_path):
+    """Nothing to archive: AUTO writes an archive of no module, so that the
+    next runs take the SHARE path (the archive opened at the first import,
+    here never) instead of recording again on every run."""
+    img = tmp_path / "a.img"
+    r = run_python(["-c", "print('ok')"], cwd=tmp_path, PYCDSMODE="AUTO",
+                   PYCDSARCHIVE=str(img), PYCDSVERBOSE=1)
+    assert (r.rc, r.out, r.warnings()) == (0, "ok\n", []), r
+    assert archived(img) == set()
+    probe = ("import sys; print('ok', 'pycds.finder' in sys.modules, "
+             "'pycds._capture' in sys.modules)")
+    r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img),
+                   PYCDSVERBOSE=1)
+    # Neither opened nor recording: nothing but the package and its settings.
+    assert (r.rc, r.out, r.err) == (0, "ok False False\n", ""), r
+
+
+def test_auto_opens_at_the_first_import_and_adds_what_it_lacked(tmp_path):
+    app = make_app(tmp_path, {"m1": 1})
+    img = tmp_path / "a.img"
+    for _ in range(2):
+        r = run_python(["main.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img))
+        assert (r.rc, r.out, r.warnings()) == (0, "ok 1\n", []), r
+    write_module(app / "m2.py", "VALUE = 2\n")
+    write_main(app, ["m1", "m2"])
+    r = run_python(["main.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img),
+                   PYCDSVERBOSE=1)
+    assert r.out == "ok 1 2\n" and "m1" in r.served(), r
+    assert {"m1", "m2", "json"} <= archived(img)
+    r = run_python(["main.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img),
+                   PYCDSVERBOSE=1)
+    assert r.out == "ok 1 2\n" and {"m1", "m2"} <= set(r.served()), r
