@@ -134,6 +134,11 @@ def make_directory(d):
                                          path) from None
 
 
+# An empty file of these names is a program's (an empty __init__.py marks
+# a package), not a place left for an archive.
+_SOURCE_SUFFIXES = (".py", ".pyw", ".pyi")
+
+
 class NotReplaceable(FileExistsError):
     """A file is at the path a dump would write, and it is not pycds's to
     replace (:func:`check_replaceable`)."""
@@ -141,7 +146,7 @@ class NotReplaceable(FileExistsError):
 
 def check_replaceable(path, signature, kind="archive"):
     """Raise :class:`NotReplaceable` unless a dump may put a new file at ``path``: nothing
-    is there, or an empty regular file, or a regular file of this user
+    is there, or an empty regular file of this user (not a ``.py`` one), or one
     that starts with ``signature`` (pycds._archive.MAGIC for an archive,
     whatever its version or damage; the header of a TRACE module list).
     Anything else is the user's: a source file, the running script, a file
@@ -166,11 +171,14 @@ def check_replaceable(path, signature, kind="archive"):
         raise NotReplaceable(f"{path} belongs to another user (uid {st.st_uid}): "
                               "left as it is")
     if st.st_size == 0:
+        if path.endswith(_SOURCE_SUFFIXES):
+            raise NotReplaceable(f"{path} is an empty Python source, not a pycds {kind}: "
+                                 "left as it is")
         return
     if not starts_with(path, signature, st):
         raise NotReplaceable(f"{path} is not a pycds {kind} "
-                              f"(a file of {st.st_size} bytes that does not start as "
-                              "one): left as it is")
+                             f"(a file of {st.st_size} bytes that does not start as "
+                             "one): left as it is")
 
 
 def starts_with(path, signature, st=None):

@@ -38,6 +38,8 @@ def _users_file(path, kind):
         path.write_text("def f():\n    return 42\n")
     elif kind == "text":
         path.write_text("notes\n")
+    elif kind == "empty __init__.py":
+        path.write_text("")
     elif kind == "binary":
         path.write_bytes(os.urandom(4096))
     elif kind == "symlink":
@@ -57,13 +59,13 @@ def _users_file(path, kind):
         and path.read_bytes() == data
 
 
-KINDS = ["source", "text", "binary", "symlink", "fifo", "directory"]
+KINDS = ["source", "empty __init__.py", "text", "binary", "symlink", "fifo", "directory"]
 
 
 class TestDumpLeavesUsersFiles:
     @pytest.mark.parametrize("kind", KINDS)
     def test_dump(self, app, kind):
-        target = app / "victim"
+        target = app / ("__init__.py" if kind == "empty __init__.py" else "victim")
         untouched = _users_file(target, kind)
         r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(target))
         assert (r.rc, r.out) == (0, "app ran\n"), r
@@ -73,7 +75,7 @@ class TestDumpLeavesUsersFiles:
 
     @pytest.mark.parametrize("kind", KINDS)
     def test_auto(self, app, kind):
-        target = app / "victim"
+        target = app / ("__init__.py" if kind == "empty __init__.py" else "victim")
         untouched = _users_file(target, kind)
         for _ in range(2):     # the second run meets what the first left
             r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target))
