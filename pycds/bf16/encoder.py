@@ -15,6 +15,8 @@ default_model_dir()
     The installed weights package's model directory.
 cos_sim(a, b)
     Cosine similarity matrix of two sets of embeddings.
+mean_pool(token_embeddings, attention_mask)
+    sentence-transformers' mean pooling.
 MODEL_PACKAGE, INSTALL_HINT
     The weights package's import name and the command that installs it.
 
@@ -65,6 +67,7 @@ __all__ = [
     "bert_shapes",
     "default_model_dir",
     "cos_sim",
+    "mean_pool",
     "MODEL_PACKAGE",
     "INSTALL_HINT",
 ]
