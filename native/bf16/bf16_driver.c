@@ -1698,23 +1698,28 @@ gemm_here(const bf16k_kernel_desc *d, int64_t m, int64_t n, int64_t k, float alp
     return run_block(&g, 0, m, 0, ceil_div(n, d->nr), ap);
 }
 
-/* Softmax rows of s (T x T fp32) to BF16 probabilities p (T x T). */
+/* Softmax rows of s (T x T fp32) to BF16 probabilities p (T rows ldp
+ * apart, zeros in columns T .. ldp-1). */
 static inline __attribute__((always_inline)) void
 softmax_rows_bf16(float *restrict s, const float *restrict kb, int64_t T,
-                  uint16_t *restrict p)
+                  uint16_t *restrict p, int64_t ldp)
 {
     for (int64_t i = 0; i < T; i++) {
         float *sr = s + i * T;
         const float inv = softmax_row(sr, kb, T);
         for (int64_t j = 0; j < T; j++) {
-            p[i * T + j] = epi_round(sr[j] * inv, 0);
+            p[i * ldp + j] = epi_round(sr[j] * inv, 0);
+        }
+        for (int64_t j = T; j < ldp; j++) {
+            p[i * ldp + j] = 0;
         }
     }
 }
 
 
 ROW_KERNEL(softmax_rows, softmax_rows_bf16,
-           (float *s, const float *kb, int64_t T, uint16_t *p), (s, kb, T, p))
+           (float *s, const float *kb, int64_t T, uint16_t *p, int64_t ldp),
+           (s, kb, T, p, ldp))
 
 #if defined(__x86_64__)
 /* exp_neg_f32 on 16 lanes (the same steps; roundscale for the rounding). */
@@ -1746,7 +1751,7 @@ exp_neg_avx512(__m512 x)
 /* softmax_rows_bf16 with AVX512: 16 keys at a time, masked tail. */
 __attribute__((target("avx512f,avx512bw,avx512vl")))
 static void
-softmax_rows_avx512(float *s, const float *kb, int64_t T, uint16_t *p)
+softmax_rows_avx512(float *s, const float *kb, int64_t T, uint16_t *p, int64_t ldp)
 {
     for (int64_t i = 0; i < T; i++) {
         float *sr = s + i * T;
@@ -1774,7 +1779,10 @@ softmax_rows_avx512(float *s, const float *kb, int64_t T, uint16_t *p)
             const __mmask16 m = T - j >= 16 ? (__mmask16)0xFFFF
                                             : (__mmask16)((1u << (T - j)) - 1u);
             __m256i b = round_bf16_avx512(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + j), inv));
-            _mm256_mask_storeu_epi16(p + i * T + j, m, b);
+            _mm256_mask_storeu_epi16(p + i * ldp + j, m, b);
+        }
+        for (int64_t j = T; j < ldp; j++) {
+            p[i * ldp + j] = 0;
         }
     }
 }
@@ -1789,9 +1797,12 @@ attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
 {
     const bf16k_kernel_desc *d = a->d;
     const int64_t T = a->T, dh = a->d_head, H = a->nh * dh;
+    /* P's rows padded with zeros to whole k-units: the P V product then
+     * reads P in place (packing a T x T A cost as much as the product). */
+    const int64_t tp = ceil_div(T, d->ku) * d->ku;
     const int64_t kp_len = packed_len(d, dh, T), vp_len = packed_len(d, T, dh);
     /* floats: S (T x T), O (T x dh); uint16 as floats: P, packed K, V. */
-    const size_t need = (size_t)(T * T + T * dh + (T * T + kp_len + vp_len) / 2 + 8);
+    const size_t need = (size_t)(T * T + T * dh + (T * tp + kp_len + vp_len) / 2 + 8);
     int rc = scratch_reserve(ap, need);
     if (rc != BF16K_OK) {
         return rc;
@@ -1799,7 +1810,7 @@ attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
     float *S = ap->cbuf;
     float *O = S + T * T;
     uint16_t *P = (uint16_t *)(O + T * dh);
-    uint16_t *kp = P + T * T;
+    uint16_t *kp = P + T * tp;
     uint16_t *vp = kp + kp_len;
     const uint16_t *base = a->qkv + b * T * a->ldq + h * dh;
     /* op(B) = K^T (dh x T): element (kk, j) at base[H + j*ldq + kk]. */
@@ -1815,14 +1826,15 @@ attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
     const float *kb = a->key_bias + b * T;
 #if defined(__x86_64__)
     if (have_avx512vl) {
-        softmax_rows_avx512(S, kb, T, P);
+        softmax_rows_avx512(S, kb, T, P, tp);
     } else {
-        softmax_rows(S, kb, T, P);
+        softmax_rows(S, kb, T, P, tp);
     }
 #else
-    softmax_rows(S, kb, T, P);
+    softmax_rows(S, kb, T, P, tp);
 #endif
-    rc = gemm_here(d, T, dh, T, 1.0f, P, T, vp, O, dh, ap);
+    /* V packed for K = T holds zero k values up to tp. */
+    rc = gemm_here(d, T, dh, tp, 1.0f, P, tp, vp, O, dh, ap);
     if (rc != BF16K_OK) {
         return rc;
     }
