@@ -207,6 +207,20 @@ class TestWeightFiles:
             assert f.metadata() == {"k": "v"}
         assert M.load_state_dict(path)["w"].dtype == ml_dtypes.bfloat16
 
+    def test_ml_dtypes_imported_only_for_bf16_files(self, tmp_path):
+        # Importing ml_dtypes costs about 0.4 s: an fp32 file does without it,
+        # a BF16 file gets it (in a fresh interpreter, nothing imported before).
+        M.save_state_dict({"w": np.ones((2, 2), np.float32)}, tmp_path / "f.safetensors")
+        M.save_state_dict({"w": to_bf16(np.ones((2, 2), np.float32))}, tmp_path / "b.safetensors")
+        src = ("import sys; from pycds.bf16.models import load_state_dict as L; "
+               f"a = L({str(tmp_path / 'f.safetensors')!r})['w']; m = 'ml_dtypes' in sys.modules; "
+               f"b = L({str(tmp_path / 'b.safetensors')!r})['w']; "
+               "print(a.dtype, m, b.dtype.name)")
+        out = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True,
+                             cwd=str(tmp_path), timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["float32", "False", "bfloat16"]
+
     @pytest.mark.parametrize("name, data", [
         ("g.npz", b"garbage" * 10), ("e.npz", b""), ("t.npz", b"PK\x03\x04" + b"\0" * 40),
         ("g.safetensors", b"garbage" * 10), ("e.safetensors", b""),
