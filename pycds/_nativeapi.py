@@ -236,6 +236,11 @@ class IndexFinder:
             "buckets": self._buckets, "nbuckets": h.nbuckets, "key": h.archive_id})
         self._flags = lib.PYCDS_FIND_FILES if files else 0
         self._find = lib.pycds_index_find
+        self._hit = lib.pycds_index_hit
+        from ._pyc import PYC_TIMESTAMP
+        from ._search import FileFinder, _LOADERS
+        # (Kept alive here; the attribute names interned, as constants are.)
+        self._ctx = (FileFinder, _LOADERS, PYC_TIMESTAMP, "_loaders", "path")
 
     def find(self, name):
         """``[entry tuple, stamps of the search's steps, package directory's
@@ -244,6 +249,18 @@ class IndexFinder:
         index with Index.lookup)."""
         out = []
         if self._find(self._ix, id(name), self._flags, id(out)):
+            return False
+        return out or None
+
+
+    def hit(self, name, path):
+        """:meth:`find`'s list and a sixth item, the native verdict
+        (native/archive/loader/find.c, pycds_index_hit): True when plain
+        import, searching ``path`` (a list, or None for ``sys.path``), would
+        take the archived module as the dump recorded it (PYCDSCHECK=mtime
+        rules).  None, False: as :meth:`find`."""
+        out = []
+        if self._hit(self._ix, id(name), id(path), id(self._ctx), id(out)):
             return False
         return out or None
 

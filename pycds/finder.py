@@ -28,7 +28,7 @@ import _thread
 import os
 import sys
 import time
-from _frozen_importlib_external import PathFinder, SourceFileLoader
+from _frozen_importlib_external import PathFinder, SourceFileLoader, spec_from_file_location
 from _imp import _fix_co_filename
 
 from . import _archive, _config, _pyc, imported_by_interpreter
@@ -161,6 +161,7 @@ class _Archive:
         self.startup_plain_bytes = 0
         self.path = index.path
         self.disabled = False
+        self.damaged = False    # disabled for damage found in the file
         self._native = None
         self.fast = None        # the native hit path, once _native is open
         self._open_lock = _thread.allocate_lock()   # held while opening it
@@ -212,14 +213,15 @@ class _Archive:
         # ``damaged``: the file is (the warning says what to do about it).
         if not self.disabled:
             self.disabled = True
+            self.damaged = damaged
             self.index.close()    # its own descriptor, if it holds one
             if quiet:
                 if _verbose:
                     _say(f"archive {self.path} not used: {reason}", 1)
             elif damaged:
-                from ._advice import next_step
-                _warn(f"archive {self.path} ignored: {reason}; "
-                      f"{next_step(self.path, None, _auto)}")
+                from ._advice import refusal
+                _warn(f"archive {self.path} ignored: "
+                      f"{refusal(self.path, ArchiveFormatError(reason), _auto)}")
             else:
                 _warn(f"archive {self.path} ignored: {reason}")
 
@@ -458,13 +460,15 @@ def served_loader(loader):
 def _first_search(*args):
     # pycds._search is imported on the first archive hit, not at start-up
     # (a program that imports nothing archived does not pay for it).
-    global _search_find_spec
+    global _search_find_spec, _search_mod
     from . import _search
     _search_find_spec = _search.find_spec
+    _search_mod = _search
     return _search.find_spec(*args)
 
 
 _search_find_spec = _first_search
+_search_mod = None      # pycds._search, once imported
 
 
 def _cached(spec, entry):
@@ -519,7 +523,15 @@ class CDSFinder:
             # is judged here and in pycds._search and pycds._pyc, as for
             # facts Python took (native/archive/loader/find.c).
             fast = archive.fast
-            facts = fast.find(fullname) if fast is not None else False
+            verdict = False
+            if fast is None:
+                facts = False
+            elif archive.check == "mtime" and _search_mod is not None:
+                facts = fast.hit(fullname, path)
+                if facts:
+                    verdict = facts.pop()
+            else:
+                facts = fast.find(fullname)
             if facts is False:
                 entry, facts = archive.index.lookup(fullname), None
             elif facts is not None:
@@ -534,6 +546,22 @@ class CDSFinder:
             else:
                 archive.disable(f"index unreadable ({e})", damaged=True)
             return None
+        if verdict and _path_finder_next(self) and _search_mod._pristine() \
+                and _search_mod._REPLAY and not _pyc.loader_patched():
+            # The native verdict: the search replays and the files are the
+            # dumped ones (native/archive/loader/find.c); the spec built as
+            # pycds._search builds it, with the .pyc path as ModuleSpec
+            # computes it (_cached).
+            e = facts[0]
+            origin, pkg_dir = e[2], e[20][1]
+            loader = SourceFileLoader(fullname, origin)
+            spec = spec_from_file_location(
+                fullname, origin, loader=loader,
+                submodule_search_locations=None if pkg_dir is None else [pkg_dir])
+            spec._cached = e[8]
+            _search_mod.replayed += 1
+            ArchivedCode.install(loader, _ChunkRef(fullname, e[0], e[14], e[5], e[6]), archive)
+            return spec
         if entry is None:
             missed.add(fullname)
             if _verbose >= 2:
@@ -657,9 +685,8 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
             if _verbose:
                 _say(f"archive {config.archive} not used: {e}; AUTO writes one at exit", 1)
         else:
-            from ._advice import next_step
-            _warn(f"archive {config.archive} ignored: {e}; "
-                  f"{next_step(config.archive, e, auto)}")
+            from ._advice import refusal
+            _warn(f"archive {config.archive} ignored: {refusal(config.archive, e, auto)}")
         return None
     finder = CDSFinder(_Archive(index, config.check, config.verify,
                                 config.prefetch, config.release))

@@ -205,6 +205,17 @@ typedef struct {
  * caller reads the index its own way.  Takes the GIL. */
 int pycds_index_find(const pycds_index *ix, uintptr_t name, int flags,
                      uintptr_t out_list);
+/* pycds_index_find() with PYCDS_FIND_FILES, and a sixth item appended: True
+ * when plain import would take the entry's module as the dump recorded it
+ * -- its search replays on `path` (a list; None: sys.path) with every
+ * stamp as recorded, the .pyc ModuleSpec.cached names now is the recorded
+ * timestamp .pyc of the recorded mtime and size, the source has the
+ * recorded mtime and size -- else False (the caller judges the facts).
+ * `ctx`: (FileFinder, its stock (suffix, loader) list, PYC_TIMESTAMP,
+ * "_loaders", "path"), the last two interned.
+ * For PYCDSCHECK=mtime.  Takes the GIL. */
+int pycds_index_hit(const pycds_index *ix, uintptr_t name, uintptr_t path,
+                    uintptr_t ctx, uintptr_t out_list);
 /* _imp.source_hash's keyed SipHash (2-4 on 3.10, 1-3 after) of n bytes.
  * Pure, no GIL. */
 uint64_t pycds_keyed_hash(uint64_t key, const void *src, size_t n);

@@ -169,6 +169,17 @@ def pyc_header(kind, mtime, size, src_hash):
     return MAGIC_NUMBER + flags.to_bytes(4, "little") + src_hash
 
 
+def search_tree(tmp_path, data):
+    """Two search directories, the second with a package ``pkg``; a drawn
+    name, ``mod`` or ``pkg``, and the origin of its module there."""
+    dirs = [tmp_path / "s0", tmp_path / "s1"]
+    for p in dirs:
+        p.mkdir(exist_ok=True)
+    (dirs[1] / "pkg").mkdir(exist_ok=True)
+    name = data.draw(st.sampled_from(["mod", "pkg"]))
+    return dirs, name, str(dirs[1] / ("mod.py" if name == "mod" else "pkg/__init__.py"))
+
+
 class TestVerdicts:
     @given(data=st.data())
     @SETTINGS
@@ -218,14 +229,9 @@ class TestVerdicts:
     @given(data=st.data())
     @SETTINGS
     def test_search_replays_alike(self, tmp_path, data):
-        dirs = [tmp_path / "s0", tmp_path / "s1"]
-        for p in dirs:
-            p.mkdir(exist_ok=True)
-        (dirs[1] / "pkg").mkdir(exist_ok=True)
-        (dirs[1] / "pkg" / "__init__.py").write_text("")
-        (dirs[1] / "mod.py").write_text("")
-        name = data.draw(st.sampled_from(["mod", "pkg"]))
-        origin = str(dirs[1] / ("mod.py" if name == "mod" else "pkg/__init__.py"))
+        dirs, name, origin = search_tree(tmp_path, data)
+        for f in (dirs[1] / "pkg" / "__init__.py", dirs[1] / "mod.py"):
+            f.write_text("")
 
         def stamp(p):
             real = _search._stamp(str(p))
@@ -248,6 +254,89 @@ class TestVerdicts:
             replayed_c = _search.replayed - before - replayed_py
         assert describe(native) == describe(python)
         assert replayed_c == replayed_py
+
+
+class TestNativeVerdict:
+    """pycds_index_hit's verdict against the Python path on the same
+    files: True only where pycds._search replays the search and
+    pycds._pyc.check finds the files unchanged (PYCDSCHECK=mtime) with the
+    .pyc ModuleSpec names; and True where nothing changed since the
+    record."""
+
+    @given(data=st.data())
+    @SETTINGS
+    def test_true_only_where_python_serves(self, tmp_path, data):
+        from importlib.util import cache_from_source
+        dirs, name, origin = search_tree(tmp_path, data)
+        with open(origin, "w") as f:
+            f.write(data.draw(st.sampled_from(["x = 1\n", "x = 22\n"])))
+        pyc = cache_from_source(origin)
+        os.makedirs(os.path.dirname(pyc), exist_ok=True)
+        src_st = os.stat(origin)
+        with open(pyc, "wb") as f:
+            f.write(pyc_header(_pyc.PYC_TIMESTAMP, src_st.st_mtime, src_st.st_size, b"")
+                    + b"code")
+        pyc_st = os.stat(pyc)
+        changed = []
+
+        def draw(real, other, what):
+            if data.draw(st.booleans()):
+                return real
+            changed.append(what)
+            return other
+
+        def stamp(p):
+            return draw(_search._stamp(str(p)), data.draw(st.sampled_from([None, (0, 0, 0, 0)])),
+                        "stamp")
+        steps = tuple((str(p), str(p), stamp(p)) for p in dirs)
+        pkg_dir = str(dirs[1] / "pkg") if name == "pkg" else None
+        search = (steps, pkg_dir, stamp(pkg_dir) if pkg_dir else None)
+        e = entry(0, name, origin=origin, search=search,
+                  pyc_path=draw(pyc, str(tmp_path / "other.pyc"), "pyc path"),
+                  mtime_ns=draw(src_st.st_mtime_ns, src_st.st_mtime_ns + 1, "mtime"),
+                  size=draw(src_st.st_size, src_st.st_size + 1, "size"),
+                  pyc_kind=draw(_pyc.PYC_TIMESTAMP, _pyc.PYC_CHECKED_HASH, "kind"),
+                  pyc_mtime_ns=draw(pyc_st.st_mtime_ns, 5, "pyc mtime"),
+                  pyc_size=draw(pyc_st.st_size, 6, "pyc size"),
+                  source_hash=_pyc.source_hash(open(origin, "rb").read()))
+        index = write_index(tmp_path / "a.img", [e])
+        path = [str(p) for p in dirs]
+        try:
+            with import_state(path=path):
+                before = _search.replayed
+                spec = _search.find_spec(name, None, None, origin, search)
+                replayed = _search.replayed - before == 1
+                got = _nativeapi.IndexFinder(index, index.descriptor()).hit(name, None)
+        finally:
+            index.close()
+        assert got[:5] == native_find_in(tmp_path / "a.img", name)[:1] + got[1:5]
+        verdict = got[5]
+        python = (replayed and spec.origin == origin
+                  and _pyc.check(e, "mtime", spec.cached)[0] is None
+                  and e.pyc_kind == _pyc.PYC_TIMESTAMP and spec.cached == e.pyc_path)
+        assert verdict is python or (verdict is False and python), (verdict, python, changed)
+        if not changed:
+            assert verdict is True
+
+    def test_another_search_path_is_no_verdict(self, tmp_path):
+        (tmp_path / "m.py").write_text("x = 1\n")
+        search = (((str(tmp_path), str(tmp_path), _search._stamp(str(tmp_path))),), None, None)
+        e = entry(0, "m", origin=str(tmp_path / "m.py"), search=search)
+        index = write_index(tmp_path / "a.img", [e])
+        try:
+            with import_state(path=["/elsewhere", str(tmp_path)]):
+                got = _nativeapi.IndexFinder(index, index.descriptor()).hit("m", None)
+        finally:
+            index.close()
+        assert got[5] is False
+
+
+def native_find_in(path, name):
+    index = _archive.Index.open(str(path), check_owner=False)
+    try:
+        return native_find(index, name)
+    finally:
+        index.close()
 
 
 def test_share_serves_through_the_native_hit_path(tmp_path):
@@ -285,7 +374,7 @@ def test_what_the_program_raises_after_the_native_stats_propagates(tmp_path):
         import sys
         import json      # served: the native module is loaded
         def tracer(frame, event, arg):
-            if event == "return" and frame.f_code.co_name == "find" \\
+            if event == "return" and frame.f_code.co_name in ("find", "hit") \\
                     and frame.f_code.co_filename.endswith("_nativeapi.py"):
                 raise TimeoutError("from the trace function")
             return tracer if event == "call" else None

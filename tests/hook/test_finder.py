@@ -148,7 +148,9 @@ def test_served_modules_leave_little_behind(tmp_path):
     numpy, flask and boto3, for the life of the process).  Counted by
     tracemalloc (on from start-up) as the growth of what pycds's own lines
     allocated over 60 modules; plain import's loaders are about the size of
-    the loaders counted here."""
+    the loaders counted here, and the ``.pyc`` path ``spec.cached`` keeps
+    (~100 bytes; plain import's importlib makes the same string) comes from
+    the entry."""
     pkg = tmp_path / "kpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -164,4 +166,4 @@ def test_served_modules_leave_little_behind(tmp_path):
     assert share.rc == 0, share
     served, grew = map(int, share.out.split())
     assert served == 60, share
-    assert grew < 400 * served, (grew, served)
+    assert grew < 500 * served, (grew, served)

@@ -25,7 +25,12 @@
 #define ENTRY_FIELDS 21
 #define ENTRY_NAME 1
 #define ENTRY_ORIGIN 2
+#define ENTRY_MTIME_NS 5
+#define ENTRY_SIZE 6
 #define ENTRY_PYC_PATH 8
+#define ENTRY_PYC_KIND 9
+#define ENTRY_PYC_MTIME_NS 10
+#define ENTRY_PYC_SIZE 11
 #define ENTRY_SEARCH 20
 #define EMPTY_BUCKET 0xFFFFFFFFu
 #define ENTRY_READ 1024           /* pycds/_archive.py _ENTRY_READ */
@@ -384,6 +389,219 @@ done:
     return rc;
 }
 
+/* ---- the verdict --------------------------------------------------------- */
+
+/* Whether item i of tuple t is an int equal to v. */
+static int
+item_is(PyObject *t, Py_ssize_t i, long long v)
+{
+    PyObject *o = PyTuple_GET_ITEM(t, i);
+    int overflow;
+    long long x;
+
+    if (!PyLong_CheckExact(o)) {
+        return 0;
+    }
+    x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    return !overflow && !(x == -1 && PyErr_Occurred()) && x == v;
+}
+
+/* Whether directory fact f has the recorded stamp rec, a tuple
+ * (st_mtime_ns, st_ctime_ns, st_ino, st_dev) as pycds._search._stamp
+ * makes it (compared as fact_object would make it). */
+static int
+stamp_is(const path_fact *f, PyObject *rec)
+{
+    const struct stat *st = &f->st;
+
+    if (!f->ok || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4
+            || (unsigned long long)st->st_ino > LLONG_MAX
+            || (unsigned long long)st->st_dev > LLONG_MAX) {
+        return 0;
+    }
+    return item_is(rec, 0, (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec)
+           && item_is(rec, 1, (long long)st->st_ctim.tv_sec * 1000000000LL
+                              + st->st_ctim.tv_nsec)
+           && item_is(rec, 2, (long long)st->st_ino)
+           && item_is(rec, 3, (long long)st->st_dev);
+}
+
+/* The key PathFinder._path_importer_cache looks entry up by (a new
+ * reference): the entry, or the working directory for '' (NULL where
+ * getcwd fails: that method answers None then, which is not a hit). */
+static PyObject *
+cache_key(PyObject *entry)
+{
+    char buf[PATH_MAX];
+
+    if (PyUnicode_GET_LENGTH(entry) != 0) {
+        return Py_NewRef(entry);
+    }
+    if (getcwd(buf, sizeof(buf)) == NULL) {
+        return NULL;
+    }
+    return PyUnicode_DecodeFSDefault(buf);
+}
+
+/* Whether obj.attr == want (attr: an interned str): 1, 0 or -1. */
+static int
+attr_equals(PyObject *obj, PyObject *attr, PyObject *want)
+{
+    PyObject *v = PyObject_GetAttr(obj, attr);
+    int eq;
+
+    if (v == NULL) {
+        return -1;
+    }
+    eq = PyObject_RichCompareBool(v, want, Py_EQ);
+    Py_DECREF(v);
+    return eq;
+}
+
+/* Whether the search recorded in entry replays on path (None: sys.path)
+ * with every stamp as recorded: pycds._search.find_spec's walk when each
+ * step ends in "unchanged since the dump", the last one building the spec
+ * (the rules the Python side checks before it: its _REPLAY and _pristine).
+ * 1 or 0 (any doubt, any error). */
+static int
+replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
+        PyObject *path, PyObject *ctx)
+{
+    PyObject *file_finder = PyTuple_GET_ITEM(ctx, 0);
+    PyObject *loaders = PyTuple_GET_ITEM(ctx, 1);
+    PyObject *loaders_attr = PyTuple_GET_ITEM(ctx, 3);
+    PyObject *path_attr = PyTuple_GET_ITEM(ctx, 4);
+    PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
+    PyObject *steps, *cache;
+
+    if (search == Py_None || nsteps == 0) {
+        return 0;
+    }
+    steps = PyTuple_GET_ITEM(search, 0);
+    if (path == Py_None) {
+        path = PySys_GetObject("path");       /* borrowed */
+    }
+    cache = PySys_GetObject("path_importer_cache");
+    if (path == NULL || !PyList_CheckExact(path) || PyList_GET_SIZE(path) < nsteps
+            || cache == NULL || !PyDict_CheckExact(cache)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < nsteps; i++) {
+        PyObject *step = PyTuple_GET_ITEM(steps, i);
+        PyObject *recorded = PyTuple_GET_ITEM(step, 0);
+        PyObject *now = PyList_GET_ITEM(path, i);
+        PyObject *key, *finder;
+
+        if (!PyUnicode_CheckExact(now) || !PyUnicode_CheckExact(recorded)
+                || PyUnicode_Compare(now, recorded) != 0) {
+            return 0;
+        }
+        key = cache_key(now);
+        if (key == NULL) {
+            return 0;
+        }
+        finder = PyDict_GetItemWithError(cache, key);     /* borrowed */
+        Py_DECREF(key);
+        if (finder == NULL) {
+            return 0;          /* not cached: PathFinder would run path hooks */
+        }
+        if (finder == Py_None && i < nsteps - 1) {
+            continue;          /* PathFinder skips it too */
+        }
+        if ((PyObject *)Py_TYPE(finder) != file_finder
+                || !stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
+                || attr_equals(finder, path_attr, PyTuple_GET_ITEM(step, 1)) != 1
+                || attr_equals(finder, loaders_attr, loaders) != 1) {
+            return 0;
+        }
+    }
+    /* The package's directory, when the module is a package. */
+    if (PyTuple_GET_ITEM(search, 1) == Py_None) {
+        return 1;
+    }
+    return stamp_is(&facts[nsteps], PyTuple_GET_ITEM(search, 2));
+}
+
+/* Whether the (st_mtime_ns, st_size) of fact f are the ints a, b. */
+static int
+facts_are(const path_fact *f, PyObject *a, PyObject *b)
+{
+    long long mtime_ns, size;
+
+    if (!f->ok || !PyLong_CheckExact(a) || !PyLong_CheckExact(b)) {
+        return 0;
+    }
+    mtime_ns = PyLong_AsLongLong(a);
+    size = PyLong_AsLongLong(b);
+    if (PyErr_Occurred()) {
+        return 0;
+    }
+    return mtime_ns == (long long)f->st.st_mtim.tv_sec * 1000000000LL + f->st.st_mtim.tv_nsec
+           && size == (long long)f->st.st_size;
+}
+
+/* Whether the .pyc path recorded for origin is what ModuleSpec.cached
+ * computes for it now (pycds.finder._cached): no sys.pycache_prefix, and
+ * the path is in the __pycache__ beside the source. */
+static int
+cached_is_recorded(PyObject *origin, PyObject *pyc)
+{
+    PyObject *prefix = PySys_GetObject("pycache_prefix");
+    PyObject *dir, *want;
+    Py_ssize_t slash;
+    int ok;
+
+    if (prefix != Py_None || !PyUnicode_CheckExact(pyc) || !PyUnicode_CheckExact(origin)) {
+        return 0;
+    }
+    slash = PyUnicode_FindChar(origin, '/', 0, PyUnicode_GET_LENGTH(origin), -1);
+    if (slash < 0) {
+        return 0;
+    }
+    dir = PyUnicode_Substring(origin, 0, slash);
+    if (dir == NULL) {
+        return 0;
+    }
+    want = PyUnicode_FromFormat("%U/__pycache__/", dir);
+    Py_DECREF(dir);
+    if (want == NULL) {
+        return 0;
+    }
+    ok = PyUnicode_Tailmatch(pyc, want, 0, PyUnicode_GET_LENGTH(pyc), -1) == 1;
+    Py_DECREF(want);
+    return ok;
+}
+
+/* 1 when plain import would take the archived module as recorded: the
+ * search replays (replays()), the .pyc it would read is the recorded one
+ * (cached_is_recorded()), a timestamp .pyc of the recorded mtime and size,
+ * and the source has the recorded mtime and size: pycds._pyc.check's answer
+ * "unchanged" under PYCDSCHECK=mtime without reading a file.  ctx:
+ * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path"), the
+ * names interned.  0 otherwise: the Python side judges the facts. */
+static int
+verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
+        PyObject *path, PyObject *ctx)
+{
+    PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
+    int eq;
+
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 5) {
+        return 0;
+    }
+    eq = PyObject_RichCompareBool(kind, PyTuple_GET_ITEM(ctx, 2), Py_EQ);
+    if (eq != 1
+            || !facts_are(&facts[nsteps + 1], PyTuple_GET_ITEM(entry, ENTRY_MTIME_NS),
+                          PyTuple_GET_ITEM(entry, ENTRY_SIZE))
+            || !facts_are(&facts[nsteps + 2], PyTuple_GET_ITEM(entry, ENTRY_PYC_MTIME_NS),
+                          PyTuple_GET_ITEM(entry, ENTRY_PYC_SIZE))
+            || !cached_is_recorded(PyTuple_GET_ITEM(entry, ENTRY_ORIGIN),
+                                   PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH))) {
+        return 0;
+    }
+    return replays(entry, facts, nsteps, path, ctx);
+}
+
 /* ---- the entry point --------------------------------------------------- */
 
 /* Stat the gathered paths, GIL released. */
@@ -397,9 +615,27 @@ stat_all(path_fact *facts, int n)
     Py_END_ALLOW_THREADS
 }
 
+static int find(const pycds_index *ix, uintptr_t name_obj, int flags,
+                uintptr_t out_list, PyObject *path, PyObject *ctx);
+
 int
 pycds_index_find(const pycds_index *ix, uintptr_t name_obj, int flags,
                  uintptr_t out_list)
+{
+    return find(ix, name_obj, flags, out_list, NULL, NULL);
+}
+
+int
+pycds_index_hit(const pycds_index *ix, uintptr_t name_obj, uintptr_t path_obj,
+                uintptr_t ctx_obj, uintptr_t out_list)
+{
+    return find(ix, name_obj, PYCDS_FIND_FILES, out_list, (PyObject *)path_obj,
+                (PyObject *)ctx_obj);
+}
+
+static int
+find(const pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
+     PyObject *path, PyObject *ctx)
 {
     PyObject *name = (PyObject *)name_obj, *out = (PyObject *)out_list;
     PyObject *entry = NULL;
@@ -460,6 +696,13 @@ pycds_index_find(const pycds_index *ix, uintptr_t name_obj, int flags,
     stat_all(facts, n);
     rc = report(out, entry, facts, nsteps, flags & PYCDS_FIND_FILES) < 0
          ? PYCDS_E_PYTHON : PYCDS_OK;
+    if (rc == PYCDS_OK && ctx != NULL) {
+        int v = verdict(entry, facts, nsteps, path, ctx);
+        PyErr_Clear();
+        if (PyList_Append(out, v > 0 ? Py_True : Py_False) < 0) {
+            rc = PYCDS_E_PYTHON;
+        }
+    }
     if (rc != PYCDS_OK) {
         PyList_SetSlice(out, 0, PyList_GET_SIZE(out), NULL);
         PyErr_Clear();
