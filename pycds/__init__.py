@@ -106,8 +106,27 @@ def _start():
         return None
 
 
+def _runs_own_cli():
+    # Whether this is ``python [options] -m pycds ...`` (sys.orig_argv; the
+    # options that take a separate value are skipped with it).
+    argv = getattr(sys, "orig_argv", ())
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[i + 1:i + 2] == ["pycds"]
+        if arg.startswith("-m"):
+            return arg == "-mpycds"
+        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("-c"):
+            return False
+        i += 2 if arg in ("-W", "-X", "--check-hash-based-pycs") else 1
+    return False
+
+
 def _activate(cfg):
     from . import _config
+    if cfg.mode != _config.MODE_OFF and _runs_own_cli():
+        return None     # pycds's own command line: not a program to archive
     if cfg.verbose or cfg.problems:
         # Quiet processes (the usual case) never import _log at start-up.
         from . import _log
@@ -146,9 +165,10 @@ def _activate(cfg):
         if not os.environ.get(_dumper.SESSION_VAR):
             _dumper.announcer = os.getpid()
         _dumper.dump_session()   # children started from here on inherit it
+        _dumper.check_path_at_start(cfg.archive)
         if cfg.settle > 0:
             from . import _settle
-            _settle.start(lambda: _dumper.write_archive(cfg), cfg.settle)
+            _settle.start(lambda: _dumper.write_archive(cfg, announce=False), cfg.settle)
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
         from . import _import_order, trace
@@ -156,6 +176,7 @@ def _activate(cfg):
         # Children write into the same list, wherever they start.
         os.environ["PYCDSLIST"] = cfg.listfile
         trace.trace_session()
+        trace.check_path_at_start(cfg.listfile)
         atexit.register(trace.trace_at_exit, cfg)
     return None
 

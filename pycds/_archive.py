@@ -103,6 +103,28 @@ def code_debug_ranges(code):
     return positions is None or any(p[2] is not None for p in positions())
 
 
+def why_not_archive(head, size):
+    """"" when a file of ``size`` bytes whose first bytes are ``head`` is a
+    pycds archive a dump may replace -- it starts with the magic, whatever
+    its version or damage -- else why not: not an archive, or one with
+    bytes appended after the end its header gives (someone else's bytes;
+    a truncated archive is replaced)."""
+    if head[:8] != MAGIC:
+        return f"is not a pycds archive (a file of {size} bytes that does not start as one)"
+    if len(head) >= HEADER_SIZE and _u(head, *_AT["format"]) == FORMAT_VERSION:
+        end = _u(head, *_AT["file_len"])
+        if size > end:
+            return f"is a pycds archive with {size - end} bytes appended to it"
+    return ""
+
+
+_AT = {name: (off, size) for name, off, size in _FIELDS}
+
+# What pycds._writer.check_replaceable needs of an archive file: its name,
+# the suffix of an empty file left for one, the judge above.
+ARCHIVE_FILE = ("archive", ".img", why_not_archive)
+
+
 # ---- the reading side ---------------------------------------------------
 
 class Header:

@@ -34,9 +34,12 @@ def counted(n, noun, plural=None):
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-def archives(cache=None):
+def archives(cache=None, others=None):
     """The archive paths in the cache directory ``cache`` (default:
-    pycds._config.cache_dir()), sorted; [] when there is none."""
+    pycds._config.cache_dir()), sorted; [] when there is none.  The other
+    ``*.img`` names there (not pycds archives: a user's file, a symbolic
+    link, a directory) are appended to ``others`` if given."""
+    from ._writer import why_not_ours
     cache = cache or _config.cache_dir()
     if not cache:
         return []
@@ -44,8 +47,14 @@ def archives(cache=None):
         names = os.listdir(cache)
     except OSError:
         return []
-    return sorted(os.path.join(cache, n) for n in names
-                  if n.endswith(_SUFFIX) and not n.startswith("."))
+    out = []
+    for p in sorted(os.path.join(cache, n) for n in names
+                    if n.endswith(_SUFFIX) and not n.startswith(".")):
+        if not why_not_ours(p, _archive.why_not_archive):
+            out.append(p)
+        elif others is not None:
+            others.append(p)
+    return out
 
 
 def describe(path):
@@ -88,7 +97,10 @@ def _age(s):
 
 
 def cmd_list(args):
-    paths = archives()
+    others = []
+    paths = archives(others=others)
+    for p in others:
+        print(f"pycds: {p} is not a pycds archive: not listed", file=sys.stderr)
     if not paths:
         cache = _config.cache_dir()
         print(f"no archives in {cache}" if cache else
@@ -109,14 +121,13 @@ def cmd_list(args):
 
 def cmd_clear(args):
     cache = _config.cache_dir()
-    paths = archives()
+    others = []
+    paths = archives(others=others)
     limit = None if args.older_than is None else args.older_than * 86400
     from . import _writer
     removed = 0
-    ours = [p for p in paths if _writer.starts_with(p, _archive.MAGIC)]
-    for p in sorted(set(paths) - set(ours)):
+    for p in others:
         print(f"pycds: {p} is not a pycds archive: left as it is", file=sys.stderr)
-    paths = ours
     for p in paths:
         try:
             if limit is not None and time.time() - os.lstat(p).st_mtime < limit:

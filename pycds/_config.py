@@ -101,7 +101,7 @@ def from_environ(environ=None, flags=None):
     mode = _MODES.get(raw.strip().upper())
     if mode is None:
         problems.append(f"PYCDSMODE={raw!r} is not one of AUTO, DUMP, SHARE, "
-                        f"TRACE, MANUALLY; pycds is off")
+                        f"TRACE, MANUALLY, OFF; pycds is off")
         mode = MODE_OFF
     verbose = 0
     rawv = environ.get("PYCDSVERBOSE", "0").strip() or "0"
@@ -158,6 +158,9 @@ def from_environ(environ=None, flags=None):
 
 
 def _absolute(path):
+    # (A "~" that no shell expanded, as in a Dockerfile's ENV, is the home
+    # directory, not a directory named "~".)
+    path = os.path.expanduser(path) if path.startswith("~") else path
     try:
         absolute = os.path.abspath(path) if path else path
     except OSError:      # the working directory was removed

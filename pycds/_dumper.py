@@ -130,7 +130,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
     from . import _nativeapi as N
 
     # (Before the copying: a path that holds a file of the user's costs nothing.)
-    _writer.check_replaceable(path, _archive.MAGIC)
+    _writer.check_replaceable(path, _archive.ARCHIVE_FILE)
     if refresh is None:
         copied = _copy(pairs, verbose, skip_preloaded, roots, N)
         with _directory_lock(path):
@@ -210,7 +210,7 @@ def _write(path, copied, session, carry, N):
         parts.insert(0, (0, header.pack()))
         parts.append((header.heap_off, heap))
         parts.append((header.reloc_off, relocs))
-        if _writer.write_atomic(path, parts, _archive.MAGIC, header.file_len, xattrs) \
+        if _writer.write_atomic(path, parts, _archive.ARCHIVE_FILE, header.file_len, xattrs) \
                 or not xattrs:
             return len(entries)
         meta["session"] = session
@@ -469,6 +469,34 @@ def archive_session(index):
 LOCK_WAIT_S = 10.0
 
 
+_fcntl_module = None
+
+
+def _fcntl():
+    """The standard library's ``fcntl``, loaded from its own directory and
+    kept out of ``sys.modules``: ``import fcntl`` at exit would run a
+    ``fcntl.py`` beside the program's script (plain Python never imports
+    fcntl), and one imported at start-up would be what the program's own
+    ``import fcntl`` gets instead of its file.  Raises ImportError."""
+    global _fcntl_module
+    if _fcntl_module is None:
+        if "fcntl" in sys.builtin_module_names:
+            import fcntl      # (builtins come before any file on the search)
+            _fcntl_module = fcntl
+        else:
+            from _frozen_importlib import module_from_spec
+            from _frozen_importlib_external import PathFinder
+            where = [os.path.join(os.path.dirname(os.__file__), "lib-dynload")]
+            where += [p for p in sys.path if type(p) is str and p.endswith("lib-dynload")]
+            spec = PathFinder.find_spec("fcntl", where)
+            if spec is None:
+                raise ImportError(f"no fcntl module in {where[0]}", name="fcntl")
+            module = module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _fcntl_module = module
+    return _fcntl_module
+
+
 class _directory_lock:
     """flock() on the archive's directory: writers of one directory take
     turns between reading the old archive and renaming the new one.
@@ -479,7 +507,7 @@ class _directory_lock:
         self.fd = -1
 
     def __enter__(self):
-        import fcntl
+        fcntl = _fcntl()
         _writer.make_directory(self.dir)
         try:
             self.fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
@@ -508,7 +536,7 @@ class _directory_lock:
             # Unlocked first: a process forked meanwhile (by the program,
             # while the settle watcher writes) shares this descriptor's
             # lock, which close() alone would leave held until it exits.
-            import fcntl
+            fcntl = _fcntl()
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
             except OSError:
@@ -588,7 +616,7 @@ def preload():
     meta path finder that refuses names.  The import costs the same then as
     at exit.  A failure is left for the dump at exit to report."""
     try:
-        import fcntl  # noqa: F401
+        _fcntl()
         _nativeload.import_native(sys.path)     # (the program has not run yet)
     except Exception:
         pass
@@ -612,17 +640,33 @@ def dump_at_exit(config):
 
 
 # The pid of the process that began this DUMP session, which says in one
-# line what it wrote (set by pycds._activate; children say it only at
-# PYCDSVERBOSE=1), and the count it said last.
+# line what it wrote at exit (set by pycds._activate; children say it only
+# at PYCDSVERBOSE=1).
 announcer = 0
-_announced = None
+# Whether start-up found the archive path holding a file that is not an
+# archive, and said so (once for the process tree: children are quiet).
+_refused = False
 
 
-def write_archive(config):
+def check_path_at_start(path):
+    """At a DUMP run's start: one warning (for the process tree) when
+    ``path`` holds a file no dump may write over; the dump at exit then
+    says nothing more."""
+    global _refused
+    try:
+        _writer.check_replaceable(path, _archive.ARCHIVE_FILE)
+    except _writer.NotReplaceable as e:
+        _refused = True
+        _log.warning(f"DUMP writes no archive: {e}; set PYCDSARCHIVE to a path of its own")
+    except OSError:
+        pass        # (the write at exit says what it meets)
+
+
+def write_archive(config, announce=True):
     """Write the archive of every module imported so far (at exit, or once
-    imports have settled: pycds._settle).  Never raises: a failure is one
-    warning saying no archive was written."""
-    global _announced
+    imports have settled: pycds._settle, with ``announce`` false: the exit
+    says what was written).  Never raises: a failure is one warning saying
+    no archive was written."""
     pairs = snapshot()
     t0 = time.perf_counter()
     try:
@@ -631,22 +675,28 @@ def write_archive(config):
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
                                   dump_session(), skip_preloaded=True)
     except _writer.NotReplaceable as e:
-        _log.warning(f"DUMP wrote no archive: {e}; set PYCDSARCHIVE to a path of its own")
+        msg = f"DUMP wrote no archive: {e}; set PYCDSARCHIVE to a path of its own"
+        if _refused:
+            _log.verbose(msg, 1)        # (said at start-up)
+        else:
+            _log.warning(msg)
         return
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: "
                      f"{str(e) or type(e).__name__}")
         return
     ms = (time.perf_counter() - t0) * 1e3
-    if announcer == os.getpid() and not config.quiet and _announced != n:
-        _announced = n
+    if announce and announcer == os.getpid() and not config.quiet:
         try:
             size = os.stat(config.archive).st_size
             size = f" ({size / 2**20:.1f} MiB)" if size >= 2**20 else f" ({size >> 10} KiB)"
         except OSError:
             size = ""
-        _log.say(f"wrote {n} module{'' if n == 1 else 's'} to {config.archive}{size}: "
-                 "runs with PYCDSMODE=SHARE or AUTO use it")
+        if config.archive == _config.default_archive_path():
+            use = "runs with PYCDSMODE=SHARE or AUTO use it"
+        else:
+            use = f"run with PYCDSMODE=SHARE PYCDSARCHIVE={config.archive} to use it"
+        _log.say(f"wrote {n} module{'' if n == 1 else 's'} to {config.archive}{size}: {use}")
     else:
         _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "
                      f"in {ms:.1f} ms", 1)

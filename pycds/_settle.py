@@ -11,7 +11,10 @@ The program sees nothing of it: the thread is a bare ``_thread`` thread
 delivers them to the program's threads, so a handler waiting in the main
 thread runs as without pycds), prints only what the dump at exit would, and
 ends at the first of: its write, the exit handler, or the interpreter's
-shutdown.  A process forked by the program gets a watcher of its own.
+shutdown.  It is not there across a ``fork()``: stopped before it (3.12+
+warns when a process that forks has more than one thread, and the kernel's
+count includes this one), started again after it, in the parent and, with a
+watch of its own, in the child.
 """
 
 import _signal
@@ -23,7 +26,15 @@ import time
 __all__ = ["start", "stop"]
 
 _lock = _thread.allocate_lock()    # held while an archive is written
-_state = {"stopped": False, "write": None, "quiet_s": 0.0, "forks": False}
+# "paused": stopped for a fork(); "tid": the watcher's native thread id
+# while it runs.
+_state = {"stopped": False, "write": None, "quiet_s": 0.0, "forks": False,
+          "paused": False, "tid": 0}
+# Held while the watcher may sleep on it; released to wake it at once.
+_wake = _thread.allocate_lock()
+_wake.acquire()
+# Seconds a fork() waits for the watcher's thread to end.
+FORK_WAIT_S = 0.5
 
 
 def start(write, quiet_s):
@@ -39,7 +50,8 @@ def start(write, quiet_s):
         return
     if not _state["forks"]:
         _state["forks"] = True
-        os.register_at_fork(after_in_child=_after_fork)
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                            after_in_child=_after_fork)
 
 
 def stop():
@@ -60,9 +72,46 @@ def _spawn():
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 
 
+def _before_fork():
+    # Wake the watcher, let it end, and wait for its thread to be gone (the
+    # kernel's thread count: /proc/self/task).  Not while it writes: the
+    # fork then happens with it, as it would without this.
+    tid = _state["tid"]
+    if not tid or _state["stopped"] or _lock.locked():
+        return
+    _state["paused"] = True
+    if _wake.locked():
+        try:
+            _wake.release()
+        except RuntimeError:
+            pass
+    task = f"/proc/self/task/{tid}"
+    deadline = time.monotonic() + FORK_WAIT_S
+    while os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
+def _after_fork_parent():
+    _restart()
+
+
 def _after_fork():
-    global _lock
+    global _lock, _wake
     _lock = _thread.allocate_lock()     # the parent's writer is not here
+    _wake = _thread.allocate_lock()
+    _wake.acquire()
+    _state["tid"] = 0
+    if not _state["stopped"] and _state["write"] is not None:
+        _state["paused"] = True
+        _restart()
+
+
+def _restart():
+    if not _state["paused"]:
+        return
+    _state["paused"] = False
+    if not _wake.locked():
+        _wake.acquire(False)
     if not _state["stopped"] and _state["write"] is not None:
         try:
             _spawn()
@@ -71,19 +120,28 @@ def _after_fork():
 
 
 def _watch():
+    _state["tid"] = _thread.get_native_id()
+    try:
+        _watch_until_settled()
+    finally:
+        _state["tid"] = 0
+
+
+def _watch_until_settled():
     quiet_s = _state["quiet_s"]
     poll = min(max(quiet_s / 4, 0.05), 1.0)
     seen = len(sys.modules)
     since = time.monotonic()
     while not _state["stopped"]:
-        time.sleep(poll)
+        if _wake.acquire(True, poll) or _state["paused"]:
+            return      # (stopped for a fork: started again after it)
         n = len(sys.modules)
         now = time.monotonic()
         if n != seen:
             seen, since = n, now
         elif now - since >= quiet_s:
             break
-    if _state["stopped"] or not _lock.acquire(False):
+    if _state["stopped"] or _state["paused"] or not _lock.acquire(False):
         return
     try:
         if not _state["stopped"]:

@@ -28,17 +28,17 @@ import time
 _TMP_MARK = ".pycds-tmp."
 
 
-def write_atomic(path, chunks, signature, length=None, xattrs=None):
+def write_atomic(path, chunks, kind, length=None, xattrs=None):
     """Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
     content of ``path``, atomically, over a file there only if
-    :func:`check_replaceable` with ``signature`` allows it (checked again
+    :func:`check_replaceable` for ``kind`` allows it (checked again
     just before the rename); ``length``: the file's size in bytes (zeros
     after the last chunk: an archive without modules ends in an empty
     heap); ``xattrs``: extended attributes (name to bytes) to give the
     file, where its file system takes them.  Returns whether every one of
     ``xattrs`` was set.  Raises OSError on failure, leaving ``path`` as it
     was."""
-    check_replaceable(path, signature)
+    check_replaceable(path, kind)
     path = os.path.abspath(path)
     d, base = os.path.split(path)
     make_directory(d)
@@ -86,7 +86,7 @@ def write_atomic(path, chunks, signature, length=None, xattrs=None):
             finally:
                 os.close(dfd)
             tmp = os.path.join(d, name)
-        check_replaceable(path, signature)  # (what the writing took may have let in)
+        check_replaceable(path, kind)  # (what the writing took may have let in)
         _retry(os.replace, tmp, path)
         tmp = None
         return tagged
@@ -134,69 +134,74 @@ def make_directory(d):
                                          path) from None
 
 
-# An empty file of these names is a program's (an empty __init__.py marks
-# a package), not a place left for an archive.
-_SOURCE_SUFFIXES = (".py", ".pyw", ".pyi")
-
-
 class NotReplaceable(FileExistsError):
     """A file is at the path a dump would write, and it is not pycds's to
     replace (:func:`check_replaceable`)."""
 
 
-def check_replaceable(path, signature, kind="archive"):
-    """Raise :class:`NotReplaceable` unless a dump may put a new file at ``path``: nothing
-    is there, or an empty regular file of this user (not a ``.py`` one), or one
-    that starts with ``signature`` (pycds._archive.MAGIC for an archive,
-    whatever its version or damage; the header of a TRACE module list).
+# Bytes of a file's head given to a kind's judge.
+HEAD = 4096
+
+
+def check_replaceable(path, kind):
+    """Raise :class:`NotReplaceable` unless a dump may put a new file of
+    ``kind`` at ``path``: nothing is there, or a regular file of this user
+    that is one of pycds's own files of that kind, or an empty one named as
+    they are.  ``kind``: ``(name, suffix, judge)``, as
+    pycds._archive.ARCHIVE_FILE: what the file is called ("archive"), the
+    suffix of an empty file taken for a place left for one (``.img``: an
+    empty file of any other name may be a program's, still being written),
+    and ``judge(head, size)``, "" for a file of ``size`` bytes whose first
+    :data:`HEAD` bytes are ``head`` that is one, else why it is not.
     Anything else is the user's: a source file, the running script, a file
     of another user, a directory (also a path ending in a separator, as
     ``open()`` takes it), a FIFO, a device, a symbolic link (a rename would
     replace the link, not the file it names).  The message names the file
-    and ends in "left as it is"; ``kind`` names what ``signature`` starts
-    ("archive", "module list")."""
+    and ends in "left as it is"."""
+    name, suffix, judge = kind
     if path.endswith(os.sep):
         raise NotReplaceable(f"{path} names a directory, not a regular file: "
-                                "left as it is")
+                             "left as it is")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else
+        what = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else
                 "a directory" if stat.S_ISDIR(st.st_mode) else
                 "a device, FIFO or socket")
-        raise NotReplaceable(f"{path} is {kind}, not a regular file: left as it is")
+        raise NotReplaceable(f"{path} is {what}, not a regular file: left as it is")
     if st.st_uid != os.geteuid():
         raise NotReplaceable(f"{path} belongs to another user (uid {st.st_uid}): "
-                              "left as it is")
+                             "left as it is")
     if st.st_size == 0:
-        if path.endswith(_SOURCE_SUFFIXES):
-            raise NotReplaceable(f"{path} is an empty Python source, not a pycds {kind}: "
-                                 "left as it is")
-        return
-    if not starts_with(path, signature, st):
-        raise NotReplaceable(f"{path} is not a pycds {kind} "
-                             f"(a file of {st.st_size} bytes that does not start as "
-                             "one): left as it is")
+        if path.endswith(suffix):
+            return
+        raise NotReplaceable(f"{path} is an empty file, not a pycds {name}: left as it is "
+                             f"(remove it for pycds to write there)")
+    why = why_not_ours(path, judge, st)
+    if why:
+        raise NotReplaceable(f"{path} {why}: left as it is")
 
 
-def starts_with(path, signature, st=None):
-    """Whether ``path`` is a regular file (not a symbolic link) whose first
-    bytes are ``signature``; ``st``: its lstat() if taken, and the file
-    must still be that one.  False when it cannot be read."""
+def why_not_ours(path, judge, st=None):
+    """"" when ``path`` is a regular file (not a symbolic link) that
+    ``judge`` (as in :func:`check_replaceable`) takes for pycds's, else why
+    not; ``st``: its lstat() if taken, and the file must still be that
+    one."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
     try:
         now = os.fstat(fd)
-        if not stat.S_ISREG(now.st_mode) or (
-                st is not None and (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino)):
-            return False
-        return os.pread(fd, len(signature), 0) == signature
-    except OSError:
-        return False
+        if not stat.S_ISREG(now.st_mode):
+            return "is not a regular file"
+        if st is not None and (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return "was replaced while it was looked at"
+        return judge(os.pread(fd, HEAD, 0), now.st_size)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
     finally:
         os.close(fd)
 

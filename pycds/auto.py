@@ -116,8 +116,11 @@ class _Run:
             self.write_if_due()
         except BaseException as e:
             from . import _log
-            msg = (f"AUTO: no archive was written to {self.cfg.archive}: "
-                   f"{str(e) or type(e).__name__}")
+            from ._writer import NotReplaceable
+            why = (e.strerror if isinstance(e, OSError) and e.strerror and
+                   not isinstance(e, NotReplaceable) else str(e) or type(e).__name__)
+            msg = (f"AUTO: no archive was written to {self.cfg.archive}: {why}; "
+                   "what it lacks is imported plainly")
             if self.is_tree_root() and not self.warned:
                 self.warned = True
                 _log.warning(msg)
@@ -199,9 +202,12 @@ class _Run:
         t0 = time.perf_counter()
         bump = not self.wrote
         self.wrote = True
+        # An archive found damaged during the run is written anew whole:
+        # its index may still list every module this run imported.
+        damaged = self.installed is not None and self.installed.archive.damaged
         n, _ = _dumper.dump_modules(
             [], path, self.cfg.verbose,
-            refresh=lambda p: _refresh(p, todo, replaces, self.cfg.check, bump))
+            refresh=lambda p: _refresh(p, todo, replaces, self.cfg.check, bump, damaged))
         if self.cfg.verbose:
             ms = (time.perf_counter() - t0) * 1e3
             from . import _log
@@ -209,14 +215,17 @@ class _Run:
                          if n else f"AUTO: {path} already holds what this run lacked", 1)
 
 
-def _refresh(path, todo, replaces, check, bump=True):
+def _refresh(path, todo, replaces, check, bump=True, damaged=False):
     """What to write into the archive now at ``path`` (pycds._dumper's
     ``refresh``, under the directory lock): the ``(name, module)`` pairs of
     the modules of ``todo`` (:meth:`_Run.todo`) it still lacks or holds
-    stale, and the rewrite count; None when another process has written
-    them since this one started."""
+    stale (all of them when this run found it ``damaged``), and the
+    rewrite count; None when another process has written them since this
+    one started."""
     from . import _archive, _pyc
     from .errors import ArchiveFormatError
+    if damaged:
+        return [(name, module) for name, module, _ in todo], {"auto_adds": 0}
     try:
         index = _archive.Index.open(path)
     except ArchiveFormatError:
@@ -270,9 +279,9 @@ def install(cfg, preloaded=None, **where):
     installed = finder.install(cfg, **where)
     run = _Run(cfg, installed, preloaded)
     if installed is None:
-        from ._advice import writable
+        from ._advice import not_replaceable
         # A file of the user's: install() said AUTO writes nothing over it.
-        run.warned = bool(writable(cfg.archive))
+        run.warned = bool(not_replaceable(cfg.archive))
     if installed is None:
         from . import _capture, _import_order, _dumper
         run.recording = _capture.install()

@@ -15,6 +15,16 @@ from . import _config, _log
 # Set by the first TRACE process; children inherit it (see dump.SESSION_VAR).
 SESSION_VAR = "PYCDS_TRACE_SESSION"
 _HEADER = "# pycds trace session "
+
+
+def _why_not_list(head, size):
+    # pycds._writer.check_replaceable's judge of a module list: TRACE's header.
+    if head.startswith(_HEADER.encode()):
+        return ""
+    return f"is not a pycds module list (a file of {size} bytes without its header line)"
+
+
+LIST_FILE = ("module list", ".lst", _why_not_list)
 # A module run as the program (multiprocessing's spawn imports the main
 # module of the parent as __mp_main__): not importable by that name.
 _MAIN_NAMES = ("__main__", "__mp_main__")
@@ -55,7 +65,7 @@ def write_list(path, names, session):
     the names an earlier process of ``session`` wrote there."""
     from ._writer import check_replaceable
     from ._dumper import _directory_lock
-    check_replaceable(path, _HEADER.encode(), "module list")
+    check_replaceable(path, LIST_FILE)
     path = os.path.abspath(path)
     with _directory_lock(path):
         old = _session_names(path, session)
@@ -67,11 +77,31 @@ def write_list(path, names, session):
             for name in names:
                 f.write(name + "\n")
         try:
-            check_replaceable(path, _HEADER.encode(), "module list")
+            check_replaceable(path, LIST_FILE)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
             raise
+
+
+# Whether start-up found PYCDSLIST holding a file that is not a module
+# list, and said so (once for the process tree).
+_refused = False
+
+
+def check_path_at_start(path):
+    """At a TRACE run's start: one warning (for the process tree) when
+    ``path`` holds a file TRACE may not write over; the exit then says
+    nothing more."""
+    global _refused
+    from ._writer import NotReplaceable, check_replaceable
+    try:
+        check_replaceable(path, LIST_FILE)
+    except NotReplaceable as e:
+        _refused = True
+        _log.warning(f"TRACE writes no module list: {e}; set PYCDSLIST to a path of its own")
+    except OSError:
+        pass
 
 
 def trace_at_exit(config):
@@ -83,4 +113,12 @@ def trace_at_exit(config):
     try:
         write_list(config.listfile, module_names(), trace_session())
     except BaseException as e:
+        from ._writer import NotReplaceable
+        if isinstance(e, NotReplaceable):
+            msg = f"TRACE wrote no module list: {e}; set PYCDSLIST to a path of its own"
+            if _refused:
+                _log.verbose(msg, 1)
+            else:
+                _log.warning(msg)
+            return
         _log.warning(f"module list not written to {config.listfile}: {e}")

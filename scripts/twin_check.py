@@ -612,7 +612,7 @@ def write_archive(items, directory, name="twin.img"):
     h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, seed)
     parts = [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)]
     path = os.path.join(directory, name)
-    W.write_atomic(path, parts, _archive.MAGIC)
+    W.write_atomic(path, parts, _archive.ARCHIVE_FILE)
     return path, refused
 
 

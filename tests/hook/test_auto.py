@@ -413,3 +413,30 @@ def test_auto_opens_at_the_first_import_and_adds_what_it_lacked(tmp_path):
     r = run_python(["main.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img),
                    PYCDSVERBOSE=1)
     assert r.out == "ok 1 2\n" and {"m1", "m2"} <= set(r.served()), r
+
+
+@pytest.mark.parametrize("mode", ["AUTO", "DUMP"])
+def test_a_fork_sees_no_thread_of_pycds(tmp_path, mode):
+    """The settle watcher is not there across fork(): 3.12+ warns (a
+    DeprecationWarning on stderr) when a process with more than one thread
+    forks, which plain Python does not here; and it writes afterwards."""
+    (tmp_path / "fk.py").write_text(
+        "import json, os, sys, time\n"
+        "import email.parser\n"
+        "time.sleep(0.3)\n"          # the watcher is waiting for imports to settle
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "import csv\n"
+        "time.sleep(1.5)\n"          # settles: the watcher, started again, writes
+        "print('forked', os.path.exists(sys.argv[1]))\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0)\n")             # no exit handler: only the watcher writes
+    img = tmp_path / "k.img"
+    plain = run_python(["fk.py", str(img)], cwd=tmp_path)
+    assert (plain.rc, plain.out, plain.err) == (0, "forked False\n", ""), plain
+    r = run_python(["fk.py", str(img)], cwd=tmp_path,
+                   PYCDSMODE=mode, PYCDSARCHIVE=str(img), PYCDSSETTLE="0.5")
+    assert (r.rc, r.out, r.err) == (0, "forked True\n", ""), r
+    assert "csv" in archived(img)

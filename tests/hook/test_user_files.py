@@ -38,7 +38,7 @@ def _users_file(path, kind):
         path.write_text("def f():\n    return 42\n")
     elif kind == "text":
         path.write_text("notes\n")
-    elif kind == "empty __init__.py":
+    elif kind in ("empty __init__.py", "empty file"):
         path.write_text("")
     elif kind == "binary":
         path.write_bytes(os.urandom(4096))
@@ -59,7 +59,8 @@ def _users_file(path, kind):
         and path.read_bytes() == data
 
 
-KINDS = ["source", "empty __init__.py", "text", "binary", "symlink", "fifo", "directory"]
+KINDS = ["source", "empty __init__.py", "empty file", "text", "binary", "symlink", "fifo",
+         "directory"]
 
 
 class TestDumpLeavesUsersFiles:
@@ -130,6 +131,63 @@ class TestDumpLeavesUsersFiles:
         assert target.read_text() == "keep me\n"
 
 
+class TestWhatIsNotQuiteOurs:
+    def test_an_output_file_the_program_is_writing(self, app):
+        # Empty at exit (its text still in the program's buffer): not a
+        # place left for an archive.
+        (app / "w.py").write_text("import json\nf = open('out.txt', 'w')\n"
+                                  "f.write('precious result\\n')\nprint('done')\n")
+        for mode, var in (("DUMP", "PYCDSARCHIVE"), ("AUTO", "PYCDSARCHIVE"),
+                          ("TRACE", "PYCDSLIST")):
+            (app / "out.txt").unlink(missing_ok=True)
+            r = run_python(["w.py"], cwd=app, PYCDSMODE=mode, **{var: "out.txt"})
+            assert (r.rc, r.out) == (0, "done\n"), (mode, r)
+            assert (app / "out.txt").read_text() == "precious result\n", (mode, r)
+
+    def test_an_archive_someone_appended_to(self, app):
+        img = app / "app.log"
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(img))
+        assert r.rc == 0, r
+        with open(img, "ab") as f:
+            f.write(b"event from run 1\n")
+        data = img.read_bytes()
+        for mode in ("AUTO", "DUMP"):
+            r = run_python(["app.py"], cwd=app, PYCDSMODE=mode, PYCDSARCHIVE=str(img))
+            assert (r.rc, r.out) == (0, "app ran\n"), r
+            [w] = r.warnings()
+            assert "bytes appended" in w, w
+            assert "left as it is" in w or "writes no archive over it" in w, w
+            assert img.read_bytes() == data
+
+    def test_a_truncated_archive_is_replaced(self, app):
+        img = app / "app.img"
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(img))
+        assert r.rc == 0, r
+        img.write_bytes(img.read_bytes()[:5000])
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(img))
+        assert (r.rc, r.warnings()) == (0, []), r
+        s = run_python(["app.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=str(img),
+                       PYCDSVERBOSE=1)
+        assert "json" in s.served(), s
+
+
+class TestDumpRunsNothingOfTheProgramDirectory:
+    @pytest.mark.parametrize("mode", ["DUMP", "TRACE", "AUTO"])
+    def test_a_fcntl_py_beside_the_script(self, app, mode):
+        # pycds locks the archive's directory with the standard fcntl, not
+        # a fcntl.py the program's directory holds (plain Python never
+        # imports it here); the program's own import gets its file.
+        (app / "fcntl.py").write_text("print('the user fcntl ran')\n")
+        (app / "u.py").write_text("import json\nprint('app ran')\n")
+        r = run_python(["u.py"], cwd=app, PYCDSMODE=mode, PYCDSARCHIVE="a.img",
+                       PYCDSLIST="a.lst")
+        assert (r.rc, r.out, r.warnings()) == (0, "app ran\n", []), r
+        (app / "v.py").write_text("import fcntl\n")
+        r = run_python(["v.py"], cwd=app, PYCDSMODE=mode, PYCDSARCHIVE="b.img",
+                       PYCDSLIST="b.lst")
+        assert (r.rc, r.out) == (0, "the user fcntl ran\n"), r
+
+
 class TestDumpReplacesItsOwn:
     @pytest.mark.parametrize("content", [b"", MAGIC, MAGIC + os.urandom(5000)],
                              ids=["empty", "magic only", "damaged archive"])
@@ -143,16 +201,38 @@ class TestDumpReplacesItsOwn:
         assert (s.rc, s.out, s.warnings()) == (0, "app ran\n", []), s
         assert "json" in s.served(), s
 
+    def test_auto_replaces_an_archive_with_a_damaged_module(self, app):
+        target = app / "app.img"
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(target))
+        assert r.rc == 0, r
+        from pycds import _archive
+        index = _archive.Index.open(str(target), check_owner=False)
+        try:
+            e = index.lookup("json.decoder")
+            at = index.header.heap_off + e.chunk_off + e.chunk_len // 2
+        finally:
+            index.close()
+        data = bytearray(target.read_bytes())
+        data[at] ^= 0xFF
+        target.write_bytes(bytes(data))
+        _auto_mends(app, target, "json.decoder")
+
     def test_auto_replaces_a_damaged_archive(self, app):
         target = app / "app.img"
         target.write_bytes(MAGIC + b"\0" * 10)
-        r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target))
-        [w] = r.warnings()
-        assert "AUTO writes a fresh one at exit" in w, w
-        s = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target),
-                       PYCDSVERBOSE=1)
-        assert (s.rc, s.out, s.warnings()) == (0, "app ran\n", []), s
-        assert "json" in s.served(), s
+        _auto_mends(app, target, "json")
+
+
+def _auto_mends(app, target, module):
+    # One AUTO run warns that it writes the archive anew, the next one is
+    # served from it without a warning.
+    r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target))
+    [w] = r.warnings()
+    assert "AUTO writes a fresh one at exit" in w, w
+    s = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(target),
+                   PYCDSVERBOSE=1)
+    assert (s.rc, s.out, s.warnings()) == (0, "app ran\n", []), s
+    assert module in s.served(), s
 
 
 class TestCacheClear:
@@ -165,8 +245,10 @@ class TestCacheClear:
         assert archive.name.startswith("app-") and archive.name.endswith(".img")
         mine = cache / "pycds" / "mine.img"
         mine.write_text("a user's file that happens to end in .img\n")
+        r = run_python(["-m", "pycds", "cache", "list"], cwd=app, **env)
+        assert r.rc == 0 and "1 archive in" in r.out and "mine.img" not in r.out, r
         r = run_python(["-m", "pycds", "cache", "clear"], cwd=app, **env)
-        assert r.rc == 0, r
+        assert r.rc == 0 and "removed 1 of 1 archive" in r.out, r
         assert not archive.exists()
         assert mine.read_text() == "a user's file that happens to end in .img\n"
         assert "not a pycds archive" in r.err, r
@@ -194,6 +276,39 @@ class TestDumpSaysWhatItWrote:
         assert r.err.startswith("[pycds] wrote "), r
         n = int(r.err.split()[2])
         assert r.err.split()[3] == ("module" if n == 1 else "modules"), r
+
+    def test_a_given_archive_is_named_in_how_to_use_it(self, app):
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="x.img",
+                       PYCDSVERBOSE=None)
+        assert f"PYCDSARCHIVE={app / 'x.img'}" in r.err, r
+
+    def test_a_tree_says_a_refused_path_once(self, app):
+        (app / "tree.py").write_text(
+            "import subprocess, sys\n"
+            "subprocess.run([sys.executable, '-c', 'import json'], check=True)\n"
+            "print('tree ran')\n")
+        (app / "notes.txt").write_text("mine\n")
+        r = run_python(["tree.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="notes.txt",
+                       PYCDSVERBOSE=None)
+        assert (r.rc, r.out) == (0, "tree ran\n"), r
+        assert len(r.warnings()) == 1 and "wrote" not in r.err, r
+        assert (app / "notes.txt").read_text() == "mine\n"
+
+    def test_a_home_directory_not_expanded_by_a_shell(self, app, tmp_path):
+        home = tmp_path / "home"
+        home.mkdir()
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="~/x.img",
+                       HOME=str(home))
+        assert r.rc == 0, r
+        assert (home / "x.img").exists() and not (app / "~").exists()
+
+    def test_pycds_command_line_is_not_archived(self, app, tmp_path):
+        env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        for mode in ("AUTO", "DUMP"):
+            r = run_python(["-m", "pycds", "cache", "list"], cwd=app, PYCDSMODE=mode, **env)
+            assert r.rc == 0 and r.err == "", r
+        assert not (tmp_path / "xdg" / "pycds").exists() or \
+            not os.listdir(tmp_path / "xdg" / "pycds")
 
     def test_quiet_with_verbose_0(self, app):
         r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="a.img",

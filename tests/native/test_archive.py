@@ -484,7 +484,7 @@ class TestWriteAtomic:
 
         monkeypatch.setattr(os, "pwrite", pwrite)
         with pytest.raises(W.NotReplaceable, match="not a pycds archive"):
-            W.write_atomic(str(path), [(0, b"new")], _archive.MAGIC)
+            W.write_atomic(str(path), [(0, b"new")], _archive.ARCHIVE_FILE)
         monkeypatch.undo()
         assert path.read_text() == "the user's, written meanwhile\n"
         assert os.listdir(tmp_path) == ["a.img"]
@@ -495,7 +495,7 @@ class TestWriteAtomic:
         path.write_bytes(_archive.MAGIC + b"old archive" * 100000)
         parts = [(0, b"head"), (4096, bytes(range(256)) * 40), (20000, memoryview(b"tail")),
                  (50000, b"")]
-        W.write_atomic(str(path), parts, _archive.MAGIC, length)
+        W.write_atomic(str(path), parts, _archive.ARCHIVE_FILE, length)
         got = path.read_bytes()
         # The file's size is length, else the end of the last byte written.
         want = bytearray(max(20004, length or 0))
@@ -660,7 +660,7 @@ class TestStringTable:
         h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, 7)
         path = str(tmp_path / "old.img")
         W.write_atomic(path, [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)],
-                       _archive.MAGIC)
+                       _archive.ARCHIVE_FILE)
         new = N.Writer(9)
         new.add(compile("tab_new_only = 1\n", "/v/c.py", "exec"))
         first = new.nstrings()
