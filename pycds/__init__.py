@@ -436,18 +436,23 @@ def _dump(module_list="", archive=""):
 def _import_and_dump(names, archive, caller):
     import importlib
     import os
-    from . import _config, _log, _dumper
+    from . import _archive, _config, _log, _dumper, _writer
+    if not archive:
+        archive = os.environ.get("PYCDSARCHIVE", "") or _config.default_archive_path()
+    if not archive:
+        raise ValueError("no archive path: pass one or set PYCDSARCHIVE")
+    # (Before the imports: a path that holds a file of the user's costs nothing.)
+    _writer.check_replaceable(archive, _archive.ARCHIVE_FILE)
     for name in names or ():
         if name in ("__main__", "__mp_main__") or name in sys.modules:
             continue
         try:
             importlib.import_module(name)
-        except BaseException as e:   # a listed module may exit or fail
-            _log.warning(f"{caller}: cannot import {name}: {e!r}")
-    if not archive:
-        archive = os.environ.get("PYCDSARCHIVE", "") or _config.default_archive_path()
-    if not archive:
-        raise ValueError("no archive path: pass one or set PYCDSARCHIVE")
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:   # a listed module may fail, or exit
+            _log.warning(f"module {name!r} not archived: importing it raised "
+                         f"{type(e).__name__}: {e}")
     # Laid out from the names given, in their order (pycds._dump_order).
     n, _ = _dumper.dump_modules(_dumper.snapshot(), archive, roots=names or None)
     return n

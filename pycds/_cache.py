@@ -160,7 +160,8 @@ def cmd_path(args):
             "print(_config.default_archive_path(argv=sys.argv[1:]) or '')")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYCDS")}
     try:
-        r = subprocess.run([command[0], "-c", code, *command], env=env,
+        r = subprocess.run([command[0], *_optimize_options(command), "-c", code, *command],
+                           env=env,
                            capture_output=True, text=True)
     except OSError as e:
         print(f"pycds: {command[0]}: {e.strerror or e}", file=sys.stderr)
@@ -185,6 +186,30 @@ def _why_no_path(r):
         last = last.partition(": ")[2]      # a Python's traceback: its message
     return ("give the command line that starts the program with its Python, as in "
             "'-- python app.py'" + (f" (it said: {last})" if last else ""))
+
+
+def _optimize_options(command):
+    """``["-O"]``, ``["-OO"]`` or ``[]``: the optimization level the python
+    command line ``command`` asks for before its program (the default
+    archive's key holds it: pycds._config.default_archive_path)."""
+    n = 0
+    i = 1
+    while i < len(command):
+        arg = command[i]
+        if not arg.startswith("-") or arg in ("-", "--"):
+            break
+        if arg.startswith("--"):
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        for j, ch in enumerate(arg[1:], 1):
+            if ch in "cm":
+                return ["-" + "O" * n] if n else []
+            n += ch == "O"
+            if ch in "WXQ":
+                i += j == len(arg) - 1      # (its value is the next argument)
+                break
+        i += 1
+    return ["-" + "O" * n] if n else []
 
 
 def _days(text):

@@ -447,3 +447,11 @@ class TestCacheCommands:
             p = run_python(["-m", "pycds", "cache", "path", "--", sys.executable, *args],
                            cwd=tmp_path, **env)
             assert p.rc == 0 and os.path.basename(p.out.strip()).startswith(f"{name}-"), p
+            assert p.out.strip() in [str(cache / "pycds" / n) for n in names], p
+        # -O makes another archive, and cache path names it.
+        r = run_python(["-O", "tool.py"], cwd=tmp_path, PYCDSMODE="DUMP", **env)
+        assert r.rc == 0, r
+        [optimized] = set(os.listdir(cache / "pycds")) - set(names)
+        p = run_python(["-m", "pycds", "cache", "path", "--", sys.executable, "-O", "tool.py"],
+                       cwd=tmp_path, **env)
+        assert p.out.strip() == str(cache / "pycds" / optimized), p
