@@ -1879,5 +1879,8 @@ bf16k_attention(const uint16_t *qkv, int64_t ldq, int64_t nb, int64_t t,
     (void)get_desc();   /* runs detect() once: have_avx2 */
     attn_t a = {use_kernel ? get_desc() : NULL, qkv, ldq, t, nh, d, key_bias, scale,
                 ctx, ldc};
-    return run_tasks(nb * nh, attn_task, &a, 4.0 * (double)(nb * nh) * (double)(t * t * d));
+    /* Work in GEMM-flop equivalents: the two products (4 t^2 d flops) run
+     * at about half the GEMM rate (short K, packing, the softmax), so one
+     * sequence of 128 tokens already pays for waking a second thread. */
+    return run_tasks(nb * nh, attn_task, &a, 8.0 * (double)(nb * nh) * (double)(t * t * d));
 }

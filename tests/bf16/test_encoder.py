@@ -299,6 +299,28 @@ class TestTinyEncoder:
         rev = enc.encode(SENTENCES[::-1])
         assert np.allclose(rev[::-1], whole, atol=2e-3)
 
+    def test_threads_share_an_encoder(self, tiny):
+        # forward()'s buffers are per thread: concurrent encodes (cffi
+        # releases the GIL) give exactly the single-threaded results.
+        import threading
+
+        enc, _, _ = tiny
+        jobs = [(SENTENCES * 3, 4), (SENTENCES[::-1] * 2, 3)]
+        want = [enc.encode(s, batch_size=bs) for s, bs in jobs]
+        got = [[] for _ in jobs]
+
+        def work(i):
+            for _ in range(10):
+                got[i].append(enc.encode(jobs[i][0], batch_size=jobs[i][1]))
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for w, g in zip(want, got):
+            assert len(g) == 10 and all(np.array_equal(x, w) for x in g)
+
     def test_single_string_and_empty(self, tiny):
         enc, _, _ = tiny
         one = enc.encode("the cat")
