@@ -38,6 +38,12 @@ def refusal(path, error, auto):
     archive, and for AUTO what it does itself."""
     reason = str(error) if error is not None else "damaged"
     if not os.path.lexists(path) and not path.endswith(os.sep):
+        above = os.path.dirname(os.path.abspath(path))
+        while not os.path.lexists(above) and os.path.dirname(above) != above:
+            above = os.path.dirname(above)
+        if not os.path.isdir(above):
+            return (f"{reason}; {above} is a file, not a directory: set PYCDSARCHIVE to a "
+                    "path in a directory")
         return (f"{reason}; none has been written there yet: run the program once with "
                 "PYCDSMODE=DUMP, or use PYCDSMODE=AUTO, which writes it at exit")
     taken = not_replaceable(path)

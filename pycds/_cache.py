@@ -77,7 +77,9 @@ def describe(path):
         out["modules"] = index.header.nmodules
         out["python"] = str(meta.get("version", "?")).split()[0]
         argv = meta.get("program")
-        out["program"] = shlex.join(argv) if isinstance(argv, list) else "?"
+        program = shlex.join(argv) if isinstance(argv, list) else "?"
+        # (A program's arguments may hold terminal control characters.)
+        out["program"] = "".join(c if c.isprintable() else repr(c)[1:-1] for c in program)
         out["stale"] = None
         if not index.foreign:
             out["stale"] = sum(_pyc.stale(e, "mtime", _pyc.cache_path(e.origin)) is not None

@@ -136,8 +136,8 @@ def from_environ(environ=None, flags=None):
             if not 0 <= settle < float("inf"):
                 raise ValueError
         except ValueError:
-            problems.append(f"PYCDSSETTLE={rawsettle!r} is not a number of seconds "
-                            f">= 0; using {DEFAULT_SETTLE_S:g}")
+            problems.append(f"PYCDSSETTLE={rawsettle!r} is not a finite number of "
+                            f"seconds >= 0; using {DEFAULT_SETTLE_S:g}")
             settle = DEFAULT_SETTLE_S
     archive = environ.get("PYCDSARCHIVE", "")
     if not archive and mode in (MODE_DUMP, MODE_SHARE, MODE_AUTO):

@@ -166,10 +166,11 @@ def check_replaceable(path, kind):
         st = os.lstat(path)
     except FileNotFoundError:
         return
+    if stat.S_ISLNK(st.st_mode):
+        raise NotReplaceable(f"{path} is a symbolic link, not a regular file: left as it "
+                             f"is (name the file itself: {os.path.realpath(path)})")
     if not stat.S_ISREG(st.st_mode):
-        what = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else
-                "a directory" if stat.S_ISDIR(st.st_mode) else
-                "a device, FIFO or socket")
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
         raise NotReplaceable(f"{path} is {what}, not a regular file: left as it is")
     if st.st_uid != os.geteuid():
         raise NotReplaceable(f"{path} belongs to another user (uid {st.st_uid}): "

@@ -356,3 +356,17 @@ class TestFirstRunAdvice:
         [w] = r.warnings()
         assert "AUTO writes no archive" in w and "fresh one" not in w, w
         assert os.listdir(app / "d") == []
+
+    def test_share_through_a_file(self, app):
+        (app / "notes.txt").write_text("mine\n")
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE="notes.txt/x.img")
+        assert (r.rc, r.out) == (0, "app ran\n"), r
+        [w] = r.warnings()
+        assert f"{app / 'notes.txt'} is a file, not a directory" in w, w
+
+    def test_a_symbolic_link_names_its_file(self, app):
+        (app / "real.img").write_bytes(b"")
+        os.symlink("real.img", app / "link.img")
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="link.img")
+        [w] = r.warnings()
+        assert f"name the file itself: {app / 'real.img'}" in w, w
