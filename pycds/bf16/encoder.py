@@ -33,10 +33,11 @@ Where each operation runs (one forward pass over M = batch x tokens rows):
 * Q, K and V: one GEMM against the three weights packed side by side
   (``sbgemm_fused``, bias fused, BF16 out).
 * Attention: one native call (``gemm.attention``) for all sequences and
-  heads, on the sbgemm threads: scores, scale and padding mask, softmax
-  and the context product in fp32 from the BF16 Q, K, V, rounded to BF16
-  once.  (numpy's matmul here cost twice as much: its OpenBLAS threads
-  keep spinning after each call and slow the next sbgemm; docs/bf16.md.)
+  heads, on the sbgemm threads: Q K^T and P V on the sbgemm micro-kernel
+  (fp32 sums), scale, padding mask and softmax in fp32, the probabilities
+  and the context rounded to BF16.  (numpy's matmul here cost more than
+  twice as much: its OpenBLAS threads keep spinning after each call and
+  slow the next sbgemm; docs/bf16.md.)
 * Output projection and the second MLP layer: ``sbgemm`` accumulating into
   the fp32 residual stream (``beta = 1``: the residual add is free), then
   ``layer_norm_rows`` adds the bias, normalises, and writes the fp32 stream
@@ -46,7 +47,10 @@ Where each operation runs (one forward pass over M = batch x tokens rows):
   tile in cache, BF16 out ("bias + GELU").
 
 Weights are rounded to BF16 and packed once, at load; biases, LayerNorm
-parameters and the embedding tables stay fp32.  A batch is padded to its
+parameters, the embedding tables and the residual stream stay fp32.  The
+BF16 activations live in a grow-only buffer per thread, reused by every
+layer and call (fresh arrays cost page faults), so threads may share one
+Encoder.  A batch is padded to its
 longest sentence only, and ``encode`` sorts sentences by length first (as
 sentence-transformers does) so that batches hold similar lengths.
 """
