@@ -42,8 +42,6 @@ REFERENCE = os.path.join(HERE, "data", "minilm_reference.npz")
 KERNELS = ("fallback",) + gemm.NATIVE_KERNELS
 MIN_COSINE = 0.999
 
-tokenizers = pytest.importorskip("tokenizers", reason="pycds[test] installs tokenizers")
-
 
 @pytest.fixture
 def kernel(request):
