@@ -107,20 +107,9 @@ def _start():
 
 
 def _runs_own_cli():
-    # Whether this is ``python [options] -m pycds ...`` (sys.orig_argv; the
-    # options that take a separate value are skipped with it).
-    argv = getattr(sys, "orig_argv", ())
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "-m":
-            return argv[i + 1:i + 2] == ["pycds"]
-        if arg.startswith("-m"):
-            return arg == "-mpycds"
-        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("-c"):
-            return False
-        i += 2 if arg in ("-W", "-X", "--check-hash-based-pycs") else 1
-    return False
+    # Whether this is ``python [options] -m pycds ...``.
+    from ._config import program_id
+    return program_id()[:2] == ("-m", "pycds")
 
 
 def _activate(cfg):
@@ -438,7 +427,8 @@ def _import_and_dump(names, archive, caller):
     import os
     from . import _archive, _config, _log, _dumper, _writer
     if not archive:
-        archive = os.environ.get("PYCDSARCHIVE", "") or _config.default_archive_path()
+        archive = _config._absolute(os.environ.get("PYCDSARCHIVE", "")) \
+            or _config.default_archive_path()
     if not archive:
         raise ValueError("no archive path: pass one or set PYCDSARCHIVE")
     # (Before the imports: a path that holds a file of the user's costs nothing.)

@@ -111,7 +111,10 @@ def why_not_archive(head, size):
     a truncated archive is replaced)."""
     if head[:8] != MAGIC:
         return f"is not a pycds archive (a file of {size} bytes that does not start as one)"
-    if len(head) >= HEADER_SIZE and _u(head, *_AT["format"]) == FORMAT_VERSION:
+    if len(head) >= HEADER_SIZE and _u(head, *_AT["format"]) == FORMAT_VERSION \
+            and _u(head, _SUM_AT, 8) == checksum(head[:_SUM_AT], _HEADER_KEY):
+        # (A header that fails its checksum is damage: its length is no
+        # evidence of anything.)
         end = _u(head, *_AT["file_len"])
         if size > end:
             return f"is a pycds archive with {size - end} bytes appended to it"

@@ -29,7 +29,11 @@ _lock = _thread.allocate_lock()    # held while an archive is written
 # "paused": stopped for a fork(); "tid": the watcher's native thread id
 # while it runs.
 _state = {"stopped": False, "write": None, "quiet_s": 0.0, "forks": False,
-          "paused": False, "tid": 0}
+          "paused": False, "tid": 0, "gen": 0, "watched": None}
+# "gen": the watcher that counts (one stopped for a fork that wakes late
+# sees a newer one and ends); "watched": (modules seen, since when), kept
+# across a fork in the parent, so that forking often does not defer the
+# write for ever.
 # Held while the watcher may sleep on it; released to wake it at once.
 _wake = _thread.allocate_lock()
 _wake.acquire()
@@ -41,7 +45,7 @@ def start(write, quiet_s):
     """Call ``write()`` once, from a thread of its own, when
     ``len(sys.modules)`` has not changed for ``quiet_s`` seconds (> 0).
     ``write`` must not raise (its errors are its own to report)."""
-    _state.update(stopped=False, write=write, quiet_s=quiet_s)
+    _state.update(stopped=False, write=write, quiet_s=quiet_s, watched=None)
     try:
         _spawn()
     except RuntimeError:
@@ -65,9 +69,10 @@ def stop():
 
 def _spawn():
     # The new thread inherits this mask: blocked from its first instruction.
+    _state["gen"] += 1
     old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
     try:
-        _thread.start_new_thread(_watch, ())
+        _thread.start_new_thread(_watch, (_state["gen"],))
     finally:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 
@@ -101,6 +106,7 @@ def _after_fork():
     _wake = _thread.allocate_lock()
     _wake.acquire()
     _state["tid"] = 0
+    _state["watched"] = None        # (the child's own imports from now)
     if not _state["stopped"] and _state["write"] is not None:
         _state["paused"] = True
         _restart()
@@ -119,21 +125,23 @@ def _restart():
             pass
 
 
-def _watch():
-    _state["tid"] = _thread.get_native_id()
+def _watch(gen):
+    tid = _state["tid"] = _thread.get_native_id()
     try:
-        _watch_until_settled()
+        _watch_until_settled(gen)
     finally:
-        _state["tid"] = 0
+        if _state["tid"] == tid:
+            _state["tid"] = 0
 
 
-def _watch_until_settled():
+def _watch_until_settled(gen):
     quiet_s = _state["quiet_s"]
     poll = min(max(quiet_s / 4, 0.05), 1.0)
-    seen = len(sys.modules)
-    since = time.monotonic()
+    seen, since = _state["watched"] or (len(sys.modules), time.monotonic())
     while not _state["stopped"]:
-        if _wake.acquire(True, poll) or _state["paused"]:
+        if _wake.acquire(True, poll) or _state["paused"] or _state["gen"] != gen:
+            if _state["gen"] == gen:
+                _state["watched"] = (seen, since)
             return      # (stopped for a fork: started again after it)
         n = len(sys.modules)
         now = time.monotonic()
@@ -141,7 +149,8 @@ def _watch_until_settled():
             seen, since = n, now
         elif now - since >= quiet_s:
             break
-    if _state["stopped"] or _state["paused"] or not _lock.acquire(False):
+    if _state["stopped"] or _state["paused"] or _state["gen"] != gen \
+            or not _lock.acquire(False):
         return
     try:
         if not _state["stopped"]:

@@ -9,6 +9,7 @@ a DUMP run do with their archive.
 """
 
 import os
+import time
 
 from . import _config, _log
 
@@ -71,16 +72,20 @@ def write_list(path, names, session):
         old = _session_names(path, session)
         have = set(old)
         names = old + [name for name in names if name not in have]
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(_HEADER + session + "\n")
-            for name in names:
-                f.write(name + "\n")
+        tmp = f"{path}.tmp.{os.getpid()}.{time.monotonic_ns()}"
+        f = open(tmp, "x", encoding="utf-8")
         try:
+            with f:
+                f.write(_HEADER + session + "\n")
+                for name in names:
+                    f.write(name + "\n")
             check_replaceable(path, LIST_FILE)
             os.replace(tmp, path)
         except BaseException:
-            os.unlink(tmp)
+            try:
+                os.unlink(tmp)      # (ours: made by the open above)
+            except OSError:
+                pass
             raise
 
 

@@ -428,8 +428,11 @@ def test_a_fork_sees_no_thread_of_pycds(tmp_path, mode):
         "if pid == 0:\n"
         "    os._exit(0)\n"
         "os.waitpid(pid, 0)\n"
-        "import csv\n"
-        "time.sleep(1.5)\n"          # settles: the watcher, started again, writes
+        "import csv\n"                          # settles: the watcher, started again, writes
+        "deadline = time.monotonic() + (30 if os.environ.get('PYCDSMODE') else 0)\n"
+        "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "time.sleep(0.2)\n"
         "print('forked', os.path.exists(sys.argv[1]))\n"
         "sys.stdout.flush()\n"
         "os._exit(0)\n")             # no exit handler: only the watcher writes

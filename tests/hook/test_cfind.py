@@ -5,6 +5,7 @@ pycds._search.find_spec whichever side took the facts."""
 
 import _imp
 import os
+import sys
 from _frozen_importlib_external import MAGIC_NUMBER
 
 import pytest
@@ -309,7 +310,8 @@ class TestNativeVerdict:
                 got = _nativeapi.IndexFinder(index, index.descriptor()).hit(name, None)
         finally:
             index.close()
-        assert got[:5] == native_find_in(tmp_path / "a.img", name)[:1] + got[1:5]
+        assert got[0] == e.to_tuple()
+        assert got[3:5] == [_pyc.file_facts(origin), _pyc.file_facts(e.pyc_path)]
         verdict = got[5]
         python = (replayed and spec.origin == origin
                   and _pyc.check(e, "mtime", spec.cached)[0] is None
@@ -317,6 +319,68 @@ class TestNativeVerdict:
         assert verdict is python or (verdict is False and python), (verdict, python, changed)
         if not changed:
             assert verdict is True
+
+    @pytest.mark.parametrize("change", ["none", "cwd entry", "pycache prefix",
+                                        "finder of another directory", "no finder first"])
+    def test_what_the_program_changed(self, tmp_path, change, monkeypatch):
+        from importlib.util import cache_from_source
+        from importlib.machinery import FileFinder
+        d0, d1 = tmp_path / "s0", tmp_path / "s1"
+        d0.mkdir()
+        d1.mkdir()
+        origin = d1 / "m.py"
+        origin.write_text("x = 1\n")
+        pyc = cache_from_source(str(origin))
+        os.makedirs(os.path.dirname(pyc))
+        src = os.stat(origin)
+        with open(pyc, "wb") as f:
+            f.write(pyc_header(_pyc.PYC_TIMESTAMP, src.st_mtime, src.st_size, b""))
+        first = "" if change == "cwd entry" else str(d0)
+        if change == "cwd entry":
+            monkeypatch.chdir(d0)
+        search = (((first, str(d0), _search._stamp(str(d0))),
+                   (str(d1), str(d1), _search._stamp(str(d1)))), None, None)
+        p = os.stat(pyc)
+        e = entry(0, "m", origin=str(origin), search=search, pyc_path=pyc,
+                  mtime_ns=src.st_mtime_ns, size=src.st_size, pyc_kind=_pyc.PYC_TIMESTAMP,
+                  pyc_mtime_ns=p.st_mtime_ns, pyc_size=p.st_size)
+        index = write_index(tmp_path / "a.img", [e])
+        try:
+            with import_state(path=[first, str(d1)]):
+                _search.find_spec("m", None, None, str(origin), search)   # (fills the cache)
+                if change == "pycache prefix":
+                    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "pp"))
+                elif change == "finder of another directory":
+                    sys.path_importer_cache[str(d1)] = FileFinder(
+                        str(d0), *_search._get_supported_file_loaders())
+                elif change == "no finder first":
+                    sys.path_importer_cache[str(d0)] = None
+                got = _nativeapi.IndexFinder(index, index.descriptor()).hit("m", None)
+        finally:
+            index.close()
+        # A path importer cache entry of None before the last step is
+        # skipped, as PathFinder skips it.
+        assert got[5] is (change in ("none", "cwd entry", "no finder first")), change
+
+    def test_a_property_that_empties_sys_path_does_not_crash(self, tmp_path):
+        # The attribute lookups of the verdict may run the program's code.
+        (tmp_path / "m.py").write_text("X = 1\n")
+        (tmp_path / "n.py").write_text("Y = 2\n")
+        code = "import sys; sys.path.insert(0, '.'); import json, m, n"
+        img = str(tmp_path / "a.img")
+        assert run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP",
+                          PYCDSARCHIVE=img).rc == 0
+        prog = ("import sys; sys.path.insert(0, '.'); import json, m\n"
+                "from importlib.machinery import FileFinder\n"
+                "real = FileFinder.__dict__.get('path')\n"
+                "def path(self):\n"
+                "    sys.path.clear(); sys.path_importer_cache.clear()\n"
+                "    return self.__dict__['path']\n"
+                "FileFinder.path = property(path)\n"
+                "import pycds.finder as f\n"
+                "print(f._installed.archive.fast.hit('n', None)[5])\n")
+        r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert r.rc == 0 and r.out in ("True\n", "False\n"), r
 
     def test_another_search_path_is_no_verdict(self, tmp_path):
         (tmp_path / "m.py").write_text("x = 1\n")
@@ -329,14 +393,6 @@ class TestNativeVerdict:
         finally:
             index.close()
         assert got[5] is False
-
-
-def native_find_in(path, name):
-    index = _archive.Index.open(str(path), check_owner=False)
-    try:
-        return native_find(index, name)
-    finally:
-        index.close()
 
 
 def test_share_serves_through_the_native_hit_path(tmp_path):

@@ -16,11 +16,6 @@ import pytest
 
 from conftest import clean_env, run_python
 
-pytestmark = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import pycds._native"],
-                   capture_output=True).returncode != 0,
-    reason="pycds with its native module is not installed in this interpreter")
-
 APP = "import json, email.message\nprint('app ran')\n"
 MAGIC = b"PYCDS\x00ar"
 

@@ -391,6 +391,18 @@ done:
 
 /* ---- the verdict --------------------------------------------------------- */
 
+/* ts as nanoseconds (os.stat's *_ns) in *ns: 0, or -1 where that does not
+ * fit a long long (time_ns() declines the same times). */
+static int
+ns_of(struct timespec ts, long long *ns)
+{
+    if (ts.tv_sec > LLONG_MAX / 1000000000 - 1 || ts.tv_sec < LLONG_MIN / 1000000000 + 1) {
+        return -1;
+    }
+    *ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return 0;
+}
+
 /* Whether item i of tuple t is an int equal to v. */
 static int
 item_is(PyObject *t, Py_ssize_t i, long long v)
@@ -413,15 +425,15 @@ static int
 stamp_is(const path_fact *f, PyObject *rec)
 {
     const struct stat *st = &f->st;
+    long long mtime_ns, ctime_ns;
 
     if (!f->ok || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4
             || (unsigned long long)st->st_ino > LLONG_MAX
-            || (unsigned long long)st->st_dev > LLONG_MAX) {
+            || (unsigned long long)st->st_dev > LLONG_MAX
+            || ns_of(st->st_mtim, &mtime_ns) < 0 || ns_of(st->st_ctim, &ctime_ns) < 0) {
         return 0;
     }
-    return item_is(rec, 0, (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec)
-           && item_is(rec, 1, (long long)st->st_ctim.tv_sec * 1000000000LL
-                              + st->st_ctim.tv_nsec)
+    return item_is(rec, 0, mtime_ns) && item_is(rec, 1, ctime_ns)
            && item_is(rec, 2, (long long)st->st_ino)
            && item_is(rec, 3, (long long)st->st_dev);
 }
@@ -473,6 +485,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *path_attr = PyTuple_GET_ITEM(ctx, 4);
     PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
     PyObject *steps, *cache;
+    int ok = 0;
 
     if (search == Py_None || nsteps == 0) {
         return 0;
@@ -482,53 +495,66 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         path = PySys_GetObject("path");       /* borrowed */
     }
     cache = PySys_GetObject("path_importer_cache");
-    if (path == NULL || !PyList_CheckExact(path) || PyList_GET_SIZE(path) < nsteps
-            || cache == NULL || !PyDict_CheckExact(cache)) {
+    if (path == NULL || !PyList_CheckExact(path) || cache == NULL || !PyDict_CheckExact(cache)) {
         return 0;
     }
+    /* Held: the attribute lookups below may run Python code (a property a
+     * program put on FileFinder), which may rebind or empty these. */
+    Py_INCREF(path);
+    Py_INCREF(cache);
     for (Py_ssize_t i = 0; i < nsteps; i++) {
         PyObject *step = PyTuple_GET_ITEM(steps, i);
         PyObject *recorded = PyTuple_GET_ITEM(step, 0);
-        PyObject *now = PyList_GET_ITEM(path, i);
-        PyObject *key, *finder;
+        PyObject *now, *key, *finder;
+        int same;
 
+        if (i >= PyList_GET_SIZE(path)) {
+            goto done;
+        }
+        now = PyList_GET_ITEM(path, i);
         if (!PyUnicode_CheckExact(now) || !PyUnicode_CheckExact(recorded)
                 || PyUnicode_Compare(now, recorded) != 0) {
-            return 0;
+            goto done;
         }
         key = cache_key(now);
         if (key == NULL) {
-            return 0;
+            goto done;
         }
         finder = PyDict_GetItemWithError(cache, key);     /* borrowed */
         Py_DECREF(key);
         if (finder == NULL) {
-            return 0;          /* not cached: PathFinder would run path hooks */
+            goto done;         /* not cached: PathFinder would run path hooks */
         }
         if (finder == Py_None && i < nsteps - 1) {
             continue;          /* PathFinder skips it too */
         }
-        if ((PyObject *)Py_TYPE(finder) != file_finder
-                || !stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
-                || attr_equals(finder, path_attr, PyTuple_GET_ITEM(step, 1)) != 1
-                || attr_equals(finder, loaders_attr, loaders) != 1) {
-            return 0;
+        Py_INCREF(finder);
+        same = (PyObject *)Py_TYPE(finder) == file_finder
+               && stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
+               && attr_equals(finder, path_attr, PyTuple_GET_ITEM(step, 1)) == 1
+               && attr_equals(finder, loaders_attr, loaders) == 1;
+        Py_DECREF(finder);
+        if (!same) {
+            goto done;
         }
     }
     /* The package's directory, when the module is a package. */
-    if (PyTuple_GET_ITEM(search, 1) == Py_None) {
-        return 1;
-    }
-    return stamp_is(&facts[nsteps], PyTuple_GET_ITEM(search, 2));
+    ok = PyTuple_GET_ITEM(search, 1) == Py_None
+         || stamp_is(&facts[nsteps], PyTuple_GET_ITEM(search, 2));
+done:
+    Py_DECREF(path);
+    Py_DECREF(cache);
+    return ok;
 }
 
 /* Whether the (st_mtime_ns, st_size) of fact f are the ints a, b. */
 static int
 facts_are(const path_fact *f, PyObject *a, PyObject *b)
 {
-    long long mtime_ns, size;
+    long long mtime_ns, size, now_ns;
 
-    if (!f->ok || !PyLong_CheckExact(a) || !PyLong_CheckExact(b)) {
+    if (!f->ok || !PyLong_CheckExact(a) || !PyLong_CheckExact(b)
+            || ns_of(f->st.st_mtim, &now_ns) < 0) {
         return 0;
     }
     mtime_ns = PyLong_AsLongLong(a);
@@ -536,8 +562,7 @@ facts_are(const path_fact *f, PyObject *a, PyObject *b)
     if (PyErr_Occurred()) {
         return 0;
     }
-    return mtime_ns == (long long)f->st.st_mtim.tv_sec * 1000000000LL + f->st.st_mtim.tv_nsec
-           && size == (long long)f->st.st_size;
+    return mtime_ns == now_ns && size == (long long)f->st.st_size;
 }
 
 /* Whether the .pyc path recorded for origin is what ModuleSpec.cached
