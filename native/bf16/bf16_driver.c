@@ -51,7 +51,7 @@ static const bf16k_kernel_desc *hw_desc;     /* set once by detect() */
 #if defined(__x86_64__)
 static int have_avx512bw;   /* set by detect(): AVX512 conversion loops */
 static int have_avx512vl;   /* ... and with VL: the fused epilogue */
-static int have_avx2;       /* the AVX2 clones of the transformer row kernels */
+static int have_avx2;       /* the transformer row kernels' AVX2 clones */
 #endif
 static _Atomic(const bf16k_kernel_desc *) selected;  /* NULL: use hw_desc */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
@@ -724,7 +724,7 @@ epi_round(float v, int relu)
 #define ERF_B4 (-1.68282697438203e-03f)
 #define ERF_B2 (-7.37332916720468e-03f)
 #define ERF_B0 (-1.42647390514189e-02f)
-#define GELU_NEG_LIMIT (-16.0f)  /* below: GELU is -0 in fp32 (and -inf -> -0) */
+#define GELU_NEG_LIMIT (-16.0f)  /* below: GELU is -0 in fp32 (-inf too) */
 
 static inline float
 erf_f32(float x)
@@ -811,7 +811,8 @@ gelu_avx512(__m512 v)
     __m512 g = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
                              _mm512_add_ps(_mm512_set1_ps(1.0f), erf));
     /* NaN compares false, so it keeps g (NaN); below the limit: -0. */
-    __mmask16 low = _mm512_cmp_ps_mask(v, _mm512_set1_ps(GELU_NEG_LIMIT), _CMP_LT_OQ);
+    __mmask16 low = _mm512_cmp_ps_mask(v, _mm512_set1_ps(GELU_NEG_LIMIT),
+                                       _CMP_LT_OQ);
     return _mm512_mask_mov_ps(g, low, _mm512_set1_ps(-0.0f));
 }
 
@@ -823,12 +824,16 @@ round_bf16_avx512(__m512 v)
 {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i hi = _mm512_srli_epi32(u, 16);
-    __m512i rr = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(
-        _mm512_set1_epi32(0x7FFF), _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
+    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i rr = _mm512_srli_epi32(_mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)), 16);
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
-    rr = _mm512_mask_mov_epi32(rr, nan, _mm512_or_si512(
-        _mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7FC0)));
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+        _mm512_set1_epi32(0x7F800000));
+    const __m512i qnan = _mm512_or_si512(
+        _mm512_and_si512(hi, _mm512_set1_epi32(0x8000)),
+        _mm512_set1_epi32(0x7FC0));
+    rr = _mm512_mask_mov_epi32(rr, nan, qnan);
     return _mm512_cvtepi32_epi16(rr);
 }
 
@@ -1506,7 +1511,8 @@ layernorm_rows(const layernorm_t *t, int64_t i0, int64_t i1, float *restrict v)
 
 
 ROW_KERNEL(layernorm_run, layernorm_rows,
-           (const layernorm_t *t, int64_t i0, int64_t i1, float *v), (t, i0, i1, v))
+           (const layernorm_t *t, int64_t i0, int64_t i1, float *v),
+           (t, i0, i1, v))
 
 static int
 layernorm_task(const void *ctx, int64_t idx, apack_t *ap)
@@ -1527,8 +1533,9 @@ bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
                 const float *bias, const float *gamma, const float *beta,
                 float eps, float *y, int64_t ldy, uint16_t *yb, int64_t ldb)
 {
-    if (m < 0 || n <= 0 || ldx < n || x == NULL || gamma == NULL || beta == NULL
-            || (y == NULL && yb == NULL) || (y != NULL && ldy < n)
+    if (m < 0 || n <= 0 || ldx < n || x == NULL || gamma == NULL
+            || beta == NULL || (y == NULL && yb == NULL)
+            || (y != NULL && ldy < n)
             || (yb != NULL && ldb < n)) {
         return BF16K_E_ARG;
     }
@@ -1561,7 +1568,9 @@ exp_neg_f32(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    const union { int32_t i; float f; } two_n = { .i = ((int32_t)n + 127) * (1 << 23) };
+    const union { int32_t i; float f; } two_n = {
+        .i = ((int32_t)n + 127) * (1 << 23)
+    };
     return x < -87.0f ? 0.0f : p * two_n.f;
 }
 
@@ -1591,10 +1600,10 @@ row_max(const float *x, int64_t n)
 
 typedef struct {
     const bf16k_kernel_desc *d;  /* sbgemm kernel, or NULL: plain C */
-    const uint16_t *qkv;    /* row b*T + t: Q at [0, H), K at [H, 2H), V at [2H, 3H) */
+    const uint16_t *qkv;    /* row b*T + t: Q, K and V side by side (3H) */
     int64_t ldq;
     int64_t T, nh, d_head;
-    const float *key_bias;  /* B x T, added to the scores (0 or a large negative) */
+    const float *key_bias;  /* B x T, added to the scores (0, or -1e30) */
     float scale;
     uint16_t *ctx;          /* row b*T + t, head h at [h*d, (h+1)*d) */
     int64_t ldc;
@@ -1677,9 +1686,9 @@ ROW_KERNEL(attn_head_c, attn_head_body,
 /* C (m x n fp32, ldc) = alpha * A (m x k BF16, rows a_rs apart) @ packed B,
  * on this thread (inside a task). */
 static int
-gemm_here(const bf16k_kernel_desc *d, int64_t m, int64_t n, int64_t k, float alpha,
-          const uint16_t *a, int64_t a_rs, const uint16_t *bp, float *c,
-          int64_t ldc, apack_t *ap)
+gemm_here(const bf16k_kernel_desc *d, int64_t m, int64_t n, int64_t k,
+          float alpha, const uint16_t *a, int64_t a_rs, const uint16_t *bp,
+          float *c, int64_t ldc, apack_t *ap)
 {
     gemm_t g;
     memset(&g, 0, sizeof(g));
@@ -1731,7 +1740,8 @@ exp_neg_avx512(__m512 x)
     const __m512 n = _mm512_roundscale_ps(
         _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n,
+                                                _mm512_set1_ps(0.693359375f)));
     r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
 #define PA(acc, c) _mm512_add_ps(_mm512_mul_ps(acc, r), _mm512_set1_ps(c))
     __m512 p = PA(_mm512_set1_ps(1.9875691500e-4f), 1.3981999507e-3f);
@@ -1744,21 +1754,29 @@ exp_neg_avx512(__m512 x)
                       _mm512_set1_ps(1.0f));
     const __m512i e = _mm512_slli_epi32(
         _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f),
+                                              _CMP_GE_OQ);
     return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
+}
+
+/* The lanes of the next 16 of `left` values (all when left >= 16). */
+static inline __mmask16
+tail16(int64_t left)
+{
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
 /* softmax_rows_bf16 with AVX512: 16 keys at a time, masked tail. */
 __attribute__((target("avx512f,avx512bw,avx512vl")))
 static void
-softmax_rows_avx512(float *s, const float *kb, int64_t T, uint16_t *p, int64_t ldp)
+softmax_rows_avx512(float *s, const float *kb, int64_t T, uint16_t *p,
+                    int64_t ldp)
 {
     for (int64_t i = 0; i < T; i++) {
         float *sr = s + i * T;
         __m512 vmax = _mm512_set1_ps(-INFINITY);
         for (int64_t j = 0; j < T; j += 16) {
-            const __mmask16 m = T - j >= 16 ? (__mmask16)0xFFFF
-                                            : (__mmask16)((1u << (T - j)) - 1u);
+            const __mmask16 m = tail16(T - j);
             __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, sr + j),
                                      _mm512_maskz_loadu_ps(m, kb + j));
             _mm512_mask_storeu_ps(sr + j, m, v);
@@ -1767,18 +1785,18 @@ softmax_rows_avx512(float *s, const float *kb, int64_t T, uint16_t *p, int64_t l
         const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
         __m512 vsum = _mm512_setzero_ps();
         for (int64_t j = 0; j < T; j += 16) {
-            const __mmask16 m = T - j >= 16 ? (__mmask16)0xFFFF
-                                            : (__mmask16)((1u << (T - j)) - 1u);
-            __m512 e = exp_neg_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sr + j), mx));
+            const __mmask16 m = tail16(T - j);
+            __m512 e = exp_neg_avx512(
+                _mm512_sub_ps(_mm512_maskz_loadu_ps(m, sr + j), mx));
             e = _mm512_maskz_mov_ps(m, e);
             _mm512_mask_storeu_ps(sr + j, m, e);
             vsum = _mm512_add_ps(vsum, e);
         }
         const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
         for (int64_t j = 0; j < T; j += 16) {
-            const __mmask16 m = T - j >= 16 ? (__mmask16)0xFFFF
-                                            : (__mmask16)((1u << (T - j)) - 1u);
-            __m256i b = round_bf16_avx512(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + j), inv));
+            const __mmask16 m = tail16(T - j);
+            __m256i b = round_bf16_avx512(
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + j), inv));
             _mm256_mask_storeu_epi16(p + i * ldp + j, m, b);
         }
         for (int64_t j = T; j < ldp; j++) {
@@ -1802,7 +1820,8 @@ attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
     const int64_t tp = ceil_div(T, d->ku) * d->ku;
     const int64_t kp_len = packed_len(d, dh, T), vp_len = packed_len(d, T, dh);
     /* floats: S (T x T), O (T x dh); uint16 as floats: P, packed K, V. */
-    const size_t need = (size_t)(T * T + T * dh + (T * tp + kp_len + vp_len) / 2 + 8);
+    const size_t need =
+        (size_t)(T * T + T * dh + (T * tp + kp_len + vp_len) / 2 + 8);
     int rc = scratch_reserve(ap, need);
     if (rc != BF16K_OK) {
         return rc;
@@ -1814,10 +1833,12 @@ attn_head_kernel(const attn_t *a, int64_t b, int64_t h, apack_t *ap)
     uint16_t *vp = kp + kp_len;
     const uint16_t *base = a->qkv + b * T * a->ldq + h * dh;
     /* op(B) = K^T (dh x T): element (kk, j) at base[H + j*ldq + kk]. */
-    pack_job jk = {d, base + H, dh, T, 1, a->ldq, kp, 0, ceil_div(dh, d->ku)};
+    pack_job jk = {d, base + H, dh, T, 1, a->ldq, kp, 0,
+                   ceil_div(dh, d->ku)};
     pack_b_range(&jk);
     /* op(B) = V (T x dh): element (j, kk) at base[2H + j*ldq + kk]. */
-    pack_job jv = {d, base + 2 * H, T, dh, a->ldq, 1, vp, 0, ceil_div(T, d->ku)};
+    pack_job jv = {d, base + 2 * H, T, dh, a->ldq, 1, vp, 0,
+                   ceil_div(T, d->ku)};
     pack_b_range(&jv);
     rc = gemm_here(d, T, T, dh, a->scale, base, a->ldq, kp, S, T, ap);
     if (rc != BF16K_OK) {
@@ -1869,18 +1890,21 @@ bf16k_attention(const uint16_t *qkv, int64_t ldq, int64_t nb, int64_t t,
                 int64_t nh, int64_t d, const float *key_bias, float scale,
                 int use_kernel, uint16_t *ctx, int64_t ldc)
 {
-    if (nb < 0 || t < 0 || nh <= 0 || d <= 0 || ldq < 3 * nh * d || ldc < nh * d
-            || (nb * t > 0 && (qkv == NULL || key_bias == NULL || ctx == NULL))) {
+    if (nb < 0 || t < 0 || nh <= 0 || d <= 0 || ldq < 3 * nh * d
+            || ldc < nh * d
+            || (nb * t > 0
+                && (qkv == NULL || key_bias == NULL || ctx == NULL))) {
         return BF16K_E_ARG;
     }
     if (nb == 0 || t == 0) {
         return BF16K_OK;
     }
     (void)get_desc();   /* runs detect() once: have_avx2 */
-    attn_t a = {use_kernel ? get_desc() : NULL, qkv, ldq, t, nh, d, key_bias, scale,
-                ctx, ldc};
+    attn_t a = {use_kernel ? get_desc() : NULL, qkv, ldq, t, nh, d, key_bias,
+                scale, ctx, ldc};
     /* Work in GEMM-flop equivalents: the two products (4 t^2 d flops) run
      * at about half the GEMM rate (short K, packing, the softmax), so one
      * sequence of 128 tokens already pays for waking a second thread. */
-    return run_tasks(nb * nh, attn_task, &a, 8.0 * (double)(nb * nh) * (double)(t * t * d));
+    return run_tasks(nb * nh, attn_task, &a,
+                     8.0 * (double)(nb * nh) * (double)(t * t * d));
 }

@@ -150,7 +150,8 @@ int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
  * not both.  gamma, beta: n floats.  Rows split over the sbgemm threads. */
 int bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
                     const float *bias, const float *gamma, const float *beta,
-                    float eps, float *y, int64_t ldy, uint16_t *yb, int64_t ldb);
+                    float eps, float *y, int64_t ldy, uint16_t *yb,
+                    int64_t ldb);
 
 /* Multi-head scaled dot-product attention of nb sequences of t tokens, in
  * fp32 from BF16 Q, K, V: row (b*t + i) of qkv holds Q, K and V side by side
