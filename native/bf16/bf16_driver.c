@@ -1547,6 +1547,53 @@ bf16k_layernorm(const float *x, int64_t m, int64_t n, int64_t ldx,
                      40.0 * (double)m * (double)n);
 }
 
+/* The sbgemm_fused post-ops on an fp32 matrix the caller computed (the
+ * Python fallback's numpy product): the kernels' own epilogue, rows split
+ * over the pool, so every path rounds, and applies GELU, alike. */
+typedef struct {
+    const float *acc;
+    int64_t m, n, lda;
+    const epilogue_t *ep;
+} postops_t;
+
+#define POSTOPS_ROWS 64     /* rows per post-ops task */
+
+static int
+postops_task(const void *ctx, int64_t idx, apack_t *ap)
+{
+    const postops_t *t = ctx;
+    (void)ap;
+    const int64_t i0 = idx * POSTOPS_ROWS;
+    const int64_t i1 = i0 + POSTOPS_ROWS < t->m ? i0 + POSTOPS_ROWS : t->m;
+    for (int64_t j = 0; j < t->n; j += 1024) {   /* ncols is an int */
+        const int nc = (int)(t->n - j < 1024 ? t->n - j : 1024);
+        epilogue(get_desc(), t->ep, t->acc + i0 * t->lda + j, t->lda, i0,
+                 (int)(i1 - i0), j, nc);
+    }
+    return BF16K_OK;
+}
+
+int
+bf16k_postops(int64_t m, int64_t n, const float *acc, int64_t lda,
+              const float *bias, const uint16_t *res, int64_t ldr, int act,
+              uint16_t *out, int64_t ldo)
+{
+    if (m < 0 || n < 0 || lda < n || ldo < n || (res != NULL && ldr < n)
+            || act < BF16K_ACT_NONE || act > BF16K_ACT_GELU
+            || (m > 0 && n > 0 && (acc == NULL || out == NULL))) {
+        return BF16K_E_ARG;
+    }
+    if (m == 0 || n == 0) {
+        return BF16K_OK;
+    }
+    (void)get_desc();   /* detect(): the AVX512 epilogue */
+    epilogue_t ep = {bias, res, ldr, act, out, ldo};
+    postops_t t = {acc, m, n, lda, &ep};
+    /* About as costly per element as a GEMM flop's worth of 16 (GELU). */
+    return run_tasks((m + POSTOPS_ROWS - 1) / POSTOPS_ROWS, postops_task, &t,
+                     16.0 * (double)m * (double)n);
+}
+
 /* exp(x) for x <= 0 in fp32 (Cephes expf: n = round(x log2 e), a degree-5
  * polynomial in the remainder, times 2^n); 0 below -87 (where 2^n would be
  * subnormal).  Relative error about 2 ulp; written so that GCC vectorises

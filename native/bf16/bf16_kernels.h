@@ -142,6 +142,14 @@ int bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
                        const float *bias, const uint16_t *res, int64_t ldr,
                        int act, uint16_t *out, int64_t ldo);
 
+/* The post-ops of bf16k_sbgemm_fused applied to an fp32 m x n matrix acc
+ * (acc[i*lda + j], read): out = BF16(act(acc + bias + res)) with bias, res,
+ * act, out as there.  For products computed elsewhere (the numpy fallback).
+ * m or n == 0: nothing. */
+int bf16k_postops(int64_t m, int64_t n, const float *acc, int64_t lda,
+                  const float *bias, const uint16_t *res, int64_t ldr, int act,
+                  uint16_t *out, int64_t ldo);
+
 /* LayerNorm over each of m rows of n floats (x[i*ldx + j], read), after
  * adding bias (n floats, or NULL): y = (v - mean) / sqrt(var + eps) *
  * gamma + beta with the biased variance, as torch.nn.LayerNorm, in fp32.

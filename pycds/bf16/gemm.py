@@ -465,12 +465,8 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
         raise ValueError(f"out must be writable uint16 of shape ({m}, {n}) with unit column "
                          f"stride, got {out.dtype} {out.shape}")
     alpha = _fp32(alpha)
-    if _kernel == "fallback" or m == 0 or n == 0:
-        acc = np.empty((m, n), dtype=np.float32)
-        if m and n:
-            _fallback(op_a, b, acc, m, n, k, alpha, 0.0, False)
-        return _post_ops(acc, bias, res, act, out)
-    a_st, a_rs, a_cs, b = _native_operands(op_a, b, trans_a, False)
+    if m == 0 or n == 0:
+        return out
     # The C side takes rows `ld` >= n elements apart: reversed or overlapping
     # rows go through a copy (the residual is read before `out` is written,
     # so a residual that is `out` itself is still right).
@@ -479,14 +475,23 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
     dst = out if _rows_apart(out) else np.empty((m, n), dtype=np.uint16)
     ldo = dst.strides[0] // 2 if m > 1 else n
     ldr = (res.strides[0] // 2 if m > 1 else n) if res is not None else 0
-    _check(_lib.bf16k_sbgemm_fused(
-        m, n, k, alpha,
-        _ffi.cast("const uint16_t *", _ffi.from_buffer(a_st)), a_rs, a_cs,
-        _ffi.cast("const uint16_t *", _ffi.from_buffer(b.data)), b.data.size, b._layout_id,
-        _ffi.cast("const float *", _ffi.from_buffer(bias)) if bias is not None else _ffi.NULL,
-        _ffi.cast("const uint16_t *", _ffi.from_buffer(_base_view(res))) if res is not None
-        else _ffi.NULL, ldr, act,
-        _ffi.cast("uint16_t *", _ffi.from_buffer(_base_view(dst), require_writable=True)), ldo))
+    bias_p = _ffi.cast("const float *", _ffi.from_buffer(bias)) if bias is not None else _ffi.NULL
+    res_p = (_ffi.cast("const uint16_t *", _ffi.from_buffer(_base_view(res)))
+             if res is not None else _ffi.NULL)
+    dst_p = _ffi.cast("uint16_t *", _ffi.from_buffer(_base_view(dst), require_writable=True))
+    if _kernel == "fallback":
+        # numpy's fp32 product, then the native kernels' own epilogue.
+        acc = np.empty((m, n), dtype=np.float32)  # (M, N)
+        _fallback(op_a, b, acc, m, n, k, alpha, 0.0, False)
+        _check(_lib.bf16k_postops(m, n, _ffi.cast("const float *", _ffi.from_buffer(acc)), n,
+                                  bias_p, res_p, ldr, act, dst_p, ldo))
+    else:
+        a_st, a_rs, a_cs, b = _native_operands(op_a, b, trans_a, False)
+        _check(_lib.bf16k_sbgemm_fused(
+            m, n, k, alpha,
+            _ffi.cast("const uint16_t *", _ffi.from_buffer(a_st)), a_rs, a_cs,
+            _ffi.cast("const uint16_t *", _ffi.from_buffer(b.data)), b.data.size, b._layout_id,
+            bias_p, res_p, ldr, act, dst_p, ldo))
     if dst is not out:
         out[...] = dst
     return out
@@ -548,23 +553,6 @@ def _base_view(x):
     m, n = x.shape
     span = (m - 1) * (x.strides[0] // x.itemsize) + n if m and n else 0
     return np.lib.stride_tricks.as_strided(x, shape=(span,), strides=(x.itemsize,))
-
-
-def _post_ops(acc, bias, res, act, out):
-    # The post-ops of sbgemm_fused on an fp32 product (fallback kernel).
-    from pycds.bf16.convert import to_bf16
-    if bias is not None:
-        acc += bias
-    if res is not None:
-        acc += to_float32(res)
-    if act == _ACT_GELU:
-        acc = gelu_f32(acc)
-    r = to_bf16(acc)  # (M, N) uint16, round to nearest even
-    if act == _ACT_RELU:
-        v = r.view(np.int16)
-        np.maximum(v, 0, out=v)
-    out[...] = r
-    return out
 
 
 def _native_operands(op_a, b, trans_a, trans_b):
