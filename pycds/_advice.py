@@ -14,7 +14,24 @@ import os
 from . import _archive, _trust, _writer
 from .errors import ArchiveFormatError, ForeignArchiveError
 
-__all__ = ["refusal", "not_replaceable"]
+__all__ = ["refusal", "not_replaceable", "directory_refusal"]
+
+
+def directory_refusal(path):
+    """Why every run would refuse an archive at ``path`` for where it lies
+    (a directory on the way that others may write: pycds._trust), "" where
+    nothing there stands in the way."""
+    d = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)      # (a dump makes the missing ones, mode 0755)
+    try:
+        _trust._check_directory(d)      # (the directories above d)
+        mode = os.stat(d).st_mode
+    except (ArchiveFormatError, OSError) as e:
+        return str(e)
+    if mode & 0o002 and not mode & 0o1000:
+        return f"its directory {d} is writable by others (mode {mode & 0o7777:o}, no sticky bit)"
+    return ""
 
 
 def not_replaceable(path):
@@ -62,6 +79,10 @@ def refusal(path, error, auto):
                     f"own files): set PYCDSARCHIVE to {where}")
         return f"{reason}; set PYCDSARCHIVE to {where}"
     if auto:
+        if directory_refusal(path):
+            return (f"{reason}; AUTO writes no archive there (no run would use it): "
+                    "make the directory writable only by you (chmod o-w), or set "
+                    "PYCDSARCHIVE to a path in one that is")
         return f"{reason}; AUTO writes a fresh one at exit"
     if isinstance(error, ForeignArchiveError):
         return (f"{reason}; write it again with this interpreter and pycds "

@@ -196,7 +196,8 @@ class _Run:
                 self.warned = True
                 from . import _log
                 _log.warning(f"AUTO cannot write {path} ({why}): modules it lacks "
-                             "are imported plainly")
+                             "are imported plainly; set PYCDSARCHIVE to a path in a "
+                             "directory only you can write")
             return
         from . import _dumper
         t0 = time.perf_counter()
@@ -265,7 +266,9 @@ def _unwritable(path):
         d = parent
     if not os.access(d, os.W_OK | os.X_OK):
         return f"{d} is not writable"
-    return ""
+    # An archive there would be refused by every run that reads it.
+    from ._advice import directory_refusal
+    return directory_refusal(path)
 
 
 def install(cfg, preloaded=None, **where):
@@ -280,8 +283,11 @@ def install(cfg, preloaded=None, **where):
     run = _Run(cfg, installed, preloaded)
     if installed is None:
         from ._advice import not_replaceable
-        # A file of the user's: install() said AUTO writes nothing over it.
-        run.warned = bool(not_replaceable(cfg.archive))
+        from ._advice import directory_refusal
+        # A file of the user's, or a directory others may write: install()
+        # said AUTO writes nothing there.
+        run.warned = bool(not_replaceable(cfg.archive) or (
+            os.path.lexists(cfg.archive) and directory_refusal(cfg.archive)))
     if installed is None:
         from . import _capture, _import_order, _dumper
         run.recording = _capture.install()

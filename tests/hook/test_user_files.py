@@ -365,3 +365,26 @@ class TestFirstRunAdvice:
         r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE="link.img")
         [w] = r.warnings()
         assert f"name the file itself: {app / 'real.img'}" in w, w
+
+
+def test_auto_in_a_directory_others_may_write(app, tmp_path):
+    """An archive there would be refused by every run: AUTO writes none,
+    says so once a run, and what to do."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    img = shared / "app.img"
+    for _ in range(2):
+        r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img))
+        assert (r.rc, r.out) == (0, "app ran\n"), r
+        [w] = r.warnings()
+        assert "writable by others" in w and "PYCDSARCHIVE" in w, w
+        assert not img.exists()
+    # An archive already there (written by hand): one warning, no rewrite.
+    r = run_python(["app.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=str(img))
+    assert r.rc == 0 and img.exists(), r
+    before = os.stat(img).st_mtime_ns
+    r = run_python(["app.py"], cwd=app, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img))
+    [w] = r.warnings()
+    assert "AUTO writes no archive there" in w and "chmod o-w" in w, w
+    assert os.stat(img).st_mtime_ns == before
