@@ -422,7 +422,7 @@ def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0
         GELU on the fp32 sum before rounding, the exact form
         ``0.5 v (1 + erf(v / sqrt(2)))`` (Hendrycks & Gimpel 2016; BERT's
         ``hidden_act="gelu"``), with erf from a rational approximation
-        (absolute error <= 5e-7; :func:`pycds.bf16.functional.gelu`).
+        (absolute error <= 5e-7; :func:`gelu_f32` does the same steps in numpy).
 
     Returns
     -------
