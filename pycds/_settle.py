@@ -13,8 +13,9 @@ thread runs as without pycds), prints only what the dump at exit would, and
 ends at the first of: its write, the exit handler, or the interpreter's
 shutdown.  It is not there across a ``fork()``: stopped before it (3.12+
 warns when a process that forks has more than one thread, and the kernel's
-count includes this one), started again after it, in the parent and, with a
-watch of its own, in the child.
+count includes this one), started again in the child, with a watch of its
+own, and in the parent at its next import (an audit hook; 3.13 counts the
+threads after the fork's own hooks).
 """
 
 import _signal
@@ -97,7 +98,24 @@ def _before_fork():
 
 
 def _after_fork_parent():
-    _restart()
+    # Started again at the next import, not here: 3.13 counts the threads
+    # after these hooks have run, and one started now would be counted.
+    global _resuming
+    if _state["paused"] and not _resuming:
+        _resuming = True
+        try:
+            sys.addaudithook(_resume_at_import)
+        except Exception:
+            _resuming = False
+
+
+_resuming = False     # _resume_at_import is an audit hook of this process
+
+
+def _resume_at_import(event, args):
+    # ("import": a module about to be loaded: the fork has long returned.)
+    if event == "import" and _state["paused"]:
+        _restart()
 
 
 def _after_fork():

@@ -389,7 +389,8 @@ def test_a_program_that_imports_nothing_gets_an_empty_archive(tmp_path):
     r = run_python(["-c", "print('ok')"], cwd=tmp_path, PYCDSMODE="AUTO",
                    PYCDSARCHIVE=str(img), PYCDSVERBOSE=1)
     assert (r.rc, r.out, r.warnings()) == (0, "ok\n", []), r
-    assert archived(img) == set()
+    # (3.13 imports linecache for -c, after pycds started: the interpreter's.)
+    assert archived(img) <= {"linecache"}
     probe = ("import sys; print('ok', 'pycds.finder' in sys.modules, "
              "'pycds._capture' in sys.modules)")
     r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img),
