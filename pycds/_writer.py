@@ -158,10 +158,32 @@ def check_replaceable(path, kind):
     ``open()`` takes it), a FIFO, a device, a symbolic link (a rename would
     replace the link, not the file it names).  The message names the file
     and ends in "left as it is"."""
-    name, suffix, judge = kind
     if path.endswith(os.sep):
         raise NotReplaceable(f"{path} names a directory, not a regular file: "
                              "left as it is")
+    # (Another dump may rename its archive into place while this one looks:
+    # then it looks again.)
+    for _ in range(_LOOKS - 1):
+        try:
+            return _check_replaceable(path, kind)
+        except _Replaced:
+            continue
+    try:
+        return _check_replaceable(path, kind)
+    except _Replaced as e:
+        raise NotReplaceable(str(e)) from None
+
+
+# Times check_replaceable looks at a path that keeps being replaced.
+_LOOKS = 5
+
+
+class _Replaced(NotReplaceable):
+    pass
+
+
+def _check_replaceable(path, kind):
+    name, suffix, judge = kind
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -181,8 +203,13 @@ def check_replaceable(path, kind):
         raise NotReplaceable(f"{path} is an empty file, not a pycds {name}: left as it is "
                              f"(remove it for pycds to write there)")
     why = why_not_ours(path, judge, st)
+    if why == _REPLACED:
+        raise _Replaced(f"{path} {why}: left as it is")
     if why:
         raise NotReplaceable(f"{path} {why}: left as it is")
+
+
+_REPLACED = "was replaced while it was looked at"
 
 
 def why_not_ours(path, judge, st=None):
@@ -192,6 +219,8 @@ def why_not_ours(path, judge, st=None):
     one."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return _REPLACED if st is not None else "cannot be read (it is gone)"
     except OSError as e:
         return f"cannot be read ({e.strerror})"
     try:
@@ -199,7 +228,7 @@ def why_not_ours(path, judge, st=None):
         if not stat.S_ISREG(now.st_mode):
             return "is not a regular file"
         if st is not None and (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            return "was replaced while it was looked at"
+            return _REPLACED
         return judge(os.pread(fd, HEAD, 0), now.st_size)
     except OSError as e:
         return f"cannot be read ({e.strerror})"

@@ -710,3 +710,24 @@ def test_copies_of_names_an_earlier_module_interned_are_given_back(tmp_path):
     same, given, tails = run.out.split()
     assert same == "True"
     assert int(given) >= int(tails) - 3 * 4096, (given, tails)
+
+
+def test_an_archive_renamed_into_place_while_looked_at_is_looked_at_again(tmp_path, monkeypatch):
+    # Another dump's rename between the lstat and the open of the check is
+    # not a user's file: the check looks again (concurrent AUTO runs).
+    path = tmp_path / "a.img"
+    path.write_bytes(_archive.MAGIC)
+    real_open = os.open
+    swaps = []
+
+    def open_(p, *args, **kwargs):
+        if str(p) == str(path) and len(swaps) < 2:
+            swaps.append(1)
+            other = tmp_path / "b.img"
+            other.write_bytes(_archive.MAGIC)
+            os.replace(other, path)
+        return real_open(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    W.check_replaceable(str(path), _archive.ARCHIVE_FILE)     # does not raise
+    assert len(swaps) == 2
