@@ -3,7 +3,9 @@
 Prints GFLOP/s (2*M*N*K / time) for both, measured in the same process,
 interleaved in alternating blocks of back-to-back calls (steady state only;
 see BLOCK_S for why not call by call) in several rounds over all cases, as
-medians, and their ratio (numpy time / sbgemm time; > 1: sbgemm faster):
+medians, their ratio (numpy time / sbgemm time; > 1: sbgemm faster), and
+sbgemm's GFLOP/s as a fraction of the limit of the instruction its kernel
+issues on as many threads (VDPBF16PS or FMA; benchmarks/bf16_peak.c):
 
 * square GEMMs 256, 1024, 2048 -- fp32 inputs converted to BF16 inside the
   timed region (``to_bf16`` + ``sbgemm``), B not packed;
@@ -138,6 +140,23 @@ def bench_cases(cases, rng, min_time, rounds):
     return rows
 
 
+def _limit(kernel, threads):
+    """The GFLOP/s limit of the instruction ``kernel`` issues on ``threads``
+    threads (benchmarks/bf16_peak.py), or None (no compiler, a portable
+    kernel)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                        "benchmarks", "bf16_peak.py")
+    try:
+        spec = importlib.util.spec_from_file_location("bf16_peak", path)
+        peak = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(peak)
+        return peak.limit_for(kernel, threads)
+    except (OSError, RuntimeError) as e:
+        print(f"warning: no limit measured: {e}", file=sys.stderr)
+        return None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -158,24 +177,27 @@ def main(argv=None):
     x = rng.standard_normal((2048, 2048)).astype(np.float32)
     for _ in range(3):
         x @ x
+    limit = _limit(gemm.kernel_name(), nthreads)
     print(f"kernel: {gemm.kernel_name()}  sbgemm threads {nthreads}  "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '-')}"
           f"  numpy {np.__version__}  cpus {os.cpu_count()}  "
-          f"loadavg {os.getloadavg()[0]:.2f}")
+          f"loadavg {os.getloadavg()[0]:.2f}  "
+          f"limit {'-' if limit is None else f'{limit:.0f} GF/s'} (benchmarks/bf16_peak.c)")
     cases = [(f"square {s}", s, s, s, False) for s in (256, 1024, 2048)]
     cases += [(lbl, m, k, n, True) for lbl, m, k, n in RESNET50_3X3]
     cases += [(f"inference M={m}", m, 4096, 4096, True) for m in (1, 8)]
     rows = bench_cases(cases, rng, min_time, args.rounds)
     head = (f"{'case':22s} {'M':>5s} {'K':>5s} {'N':>5s} {'B':>6s} "
             f"{'numpy GF/s':>10s} {'sbgemm GF/s':>11s} {'ms np':>8s} "
-            f"{'ms sb':>8s} {'sb/np':>6s}")
+            f"{'ms sb':>8s} {'sb/np':>6s} {'sb/limit':>8s}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['case']:22s} {r['m']:5d} {r['k']:5d} {r['n']:5d} "
               f"{'packed' if r['packed'] else 'raw':>6s} "
               f"{r['np_gflops']:10.1f} {r['sb_gflops']:11.1f} "
-              f"{r['np_ms']:8.3f} {r['sb_ms']:8.3f} {r['ratio']:6.2f}")
+              f"{r['np_ms']:8.3f} {r['sb_ms']:8.3f} {r['ratio']:6.2f} "
+              f"{'-' if limit is None else format(r['sb_gflops'] / limit, '.2f'):>8s}")
     return 0
 
 
