@@ -38,80 +38,54 @@ now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Each kernel returns a value derived from its accumulators, so that the
- * compiler keeps the loop. */
-__attribute__((target("avx512f,avx512bf16"))) static double
-run_bf16(long iters)
-{
-    __m512 acc[ACCS];
-    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80);   /* 1.0 */
-    __m512bh b = (__m512bh)_mm512_set1_epi16(0x0001);   /* tiny: no overflow */
-#pragma GCC unroll 16
-    for (int i = 0; i < ACCS; i++) {
-        acc[i] = _mm512_set1_ps((float)i);     /* distinct: 16 chains */
+/* One kernel: N accumulators of vector type VEC (set with SET1, summed with
+ * ADD), each updated by STEP(acc) per pass; it returns a value derived from
+ * them, so that the compiler keeps the loop.  Each accumulator starts at
+ * another value: identical chains would be computed once.  (A macro: the
+ * kernels differ only in their types and intrinsics, and each needs its
+ * own target attribute.) */
+#define PEAK_KERNEL(NAME, TARGET, VEC, N, LANES, SET1, ADD, STORE, OPERANDS, STEP) \
+    __attribute__((target(TARGET))) static double                              \
+    NAME(long iters)                                                          \
+    {                                                                         \
+        VEC acc[N];                                                           \
+        OPERANDS;                                                             \
+        _Pragma("GCC unroll 16")                                              \
+        for (int i = 0; i < N; i++) {                                         \
+            acc[i] = SET1((float)i);                                          \
+        }                                                                     \
+        for (long n = 0; n < iters; n++) {                                    \
+            _Pragma("GCC unroll 16")                                          \
+            for (int i = 0; i < N; i++) {                                     \
+                acc[i] = STEP(acc[i]);                                        \
+            }                                                                 \
+        }                                                                     \
+        float out[LANES];                                                     \
+        VEC s = acc[0];                                                       \
+        for (int i = 1; i < N; i++) {                                         \
+            s = ADD(s, acc[i]);                                               \
+        }                                                                     \
+        STORE(out, s);                                                        \
+        return out[0];                                                        \
     }
-    for (long n = 0; n < iters; n++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < ACCS; i++) {
-            acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-        }
-    }
-    float out[16];
-    __m512 s = acc[0];
-    for (int i = 1; i < ACCS; i++) {
-        s = _mm512_add_ps(s, acc[i]);
-    }
-    _mm512_storeu_ps(out, s);
-    return out[0];
-}
 
-__attribute__((target("avx512f"))) static double
-run_fma512(long iters)
-{
-    __m512 acc[ACCS];
-    __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-30f);
-#pragma GCC unroll 16
-    for (int i = 0; i < ACCS; i++) {
-        acc[i] = _mm512_set1_ps((float)i);     /* distinct: 16 chains */
-    }
-    for (long n = 0; n < iters; n++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < ACCS; i++) {
-            acc[i] = _mm512_fmadd_ps(a, b, acc[i]);
-        }
-    }
-    float out[16];
-    __m512 s = acc[0];
-    for (int i = 1; i < ACCS; i++) {
-        s = _mm512_add_ps(s, acc[i]);
-    }
-    _mm512_storeu_ps(out, s);
-    return out[0];
-}
+/* 1.0 times a tiny value: the sums never overflow nor become denormal. */
+#define DP_STEP(acc) _mm512_dpbf16_ps((acc), a, b)
+#define FMA512_STEP(acc) _mm512_fmadd_ps(a, b, (acc))
+#define FMA256_STEP(acc) _mm256_fmadd_ps(a, b, (acc))
 
-__attribute__((target("avx2,fma"))) static double
-run_fma256(long iters)
-{
-    __m256 acc[ACCS256];
-    __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1e-30f);
-#pragma GCC unroll 12
-    for (int i = 0; i < ACCS256; i++) {
-        acc[i] = _mm256_set1_ps((float)i);
-    }
-    for (long n = 0; n < iters; n++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < ACCS256; i++) {
-            acc[i] = _mm256_fmadd_ps(a, b, acc[i]);
-        }
-    }
-    float out[8];
-    __m256 s = acc[0];
-    for (int i = 1; i < ACCS256; i++) {
-        s = _mm256_add_ps(s, acc[i]);
-    }
-    _mm256_storeu_ps(out, s);
-    return out[0];
-}
+PEAK_KERNEL(run_bf16, "avx512f,avx512bf16", __m512, ACCS, 16, _mm512_set1_ps,
+            _mm512_add_ps, _mm512_storeu_ps,
+            __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80);
+            __m512bh b = (__m512bh)_mm512_set1_epi16(0x0001), DP_STEP)
+PEAK_KERNEL(run_fma512, "avx512f", __m512, ACCS, 16, _mm512_set1_ps, _mm512_add_ps,
+            _mm512_storeu_ps,
+            __m512 a = _mm512_set1_ps(1.0f);
+            __m512 b = _mm512_set1_ps(1e-30f), FMA512_STEP)
+PEAK_KERNEL(run_fma256, "avx2,fma", __m256, ACCS256, 8, _mm256_set1_ps, _mm256_add_ps,
+            _mm256_storeu_ps,
+            __m256 a = _mm256_set1_ps(1.0f);
+            __m256 b = _mm256_set1_ps(1e-30f), FMA256_STEP)
 
 typedef struct {
     kernel_fn fn;
