@@ -147,14 +147,15 @@ def _activate(cfg):
         return auto.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
-        from . import _capture, _dumper
+        from . import _archive, _capture, _dumper, _writer
         _capture.install()
         _dumper.preload()
         atexit.register(_dumper.dump_at_exit, cfg)
         if not os.environ.get(_dumper.SESSION_VAR):
             _dumper.announcer = os.getpid()
         _dumper.dump_session()   # children started from here on inherit it
-        _dumper.check_path_at_start(cfg.archive)
+        _writer.say_if_taken(cfg.archive, _archive.ARCHIVE_FILE, "DUMP writes no archive",
+                             "PYCDSARCHIVE")
         if cfg.settle > 0:
             from . import _settle
             _settle.start(lambda: _dumper.write_archive(cfg, announce=False), cfg.settle)
@@ -165,7 +166,9 @@ def _activate(cfg):
         # Children write into the same list, wherever they start.
         os.environ["PYCDSLIST"] = cfg.listfile
         trace.trace_session()
-        trace.check_path_at_start(cfg.listfile)
+        from . import _writer
+        _writer.say_if_taken(cfg.listfile, trace.LIST_FILE, "TRACE writes no module list",
+                             "PYCDSLIST")
         atexit.register(trace.trace_at_exit, cfg)
     return None
 

@@ -176,12 +176,21 @@ def _absolute(path):
 _OPTS_WITH_ARG = frozenset("WXQ")
 
 
+_program = None      # program_id() of this process, taken at its first call
+
+
 def program_id(argv=None):
     """What identifies the program being run, from ``sys.orig_argv``:
     ``("script", realpath)``, ``("-m", module)``, ``("-c", code)`` or
-    ``("other", argv)``.
+    ``("other", argv)``.  This process's (no ``argv``) is taken once, at
+    start-up: the script's real path does not follow a later ``chdir``.
     """
-    argv = list(sys.orig_argv if argv is None else argv)
+    global _program
+    if argv is None:
+        if _program is None:
+            _program = program_id(sys.orig_argv)
+        return _program
+    argv = list(argv)
     i = 1
     while i < len(argv):
         arg = argv[i]

@@ -643,25 +643,6 @@ def dump_at_exit(config):
 # line what it wrote at exit (set by pycds._activate; children say it only
 # at PYCDSVERBOSE=1).
 announcer = 0
-# Whether start-up found the archive path holding a file that is not an
-# archive, and said so (once for the process tree: children are quiet).
-_refused = False
-
-
-def check_path_at_start(path):
-    """At a DUMP run's start: one warning (for the process tree) when
-    ``path`` holds a file no dump may write over; the dump at exit then
-    says nothing more."""
-    global _refused
-    try:
-        _writer.check_replaceable(path, _archive.ARCHIVE_FILE)
-    except _writer.NotReplaceable as e:
-        _refused = True
-        _log.warning(f"DUMP writes no archive: {e}; set PYCDSARCHIVE to a path of its own")
-    except OSError:
-        pass        # (the write at exit says what it meets)
-
-
 def write_archive(config, announce=True):
     """Write the archive of every module imported so far (at exit, or once
     imports have settled: pycds._settle, with ``announce`` false: the exit
@@ -675,11 +656,7 @@ def write_archive(config, announce=True):
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
                                   dump_session(), skip_preloaded=True)
     except _writer.NotReplaceable as e:
-        msg = f"DUMP wrote no archive: {e}; set PYCDSARCHIVE to a path of its own"
-        if _refused:
-            _log.verbose(msg, 1)        # (said at start-up)
-        else:
-            _log.warning(msg)
+        _writer.say_not_written(config.archive, e, "DUMP wrote no archive", "PYCDSARCHIVE")
         return
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: "

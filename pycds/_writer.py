@@ -163,15 +163,46 @@ def check_replaceable(path, kind):
                              "left as it is")
     # (Another dump may rename its archive into place while this one looks:
     # then it looks again.)
-    for _ in range(_LOOKS - 1):
+    for _ in range(_LOOKS):
         try:
             return _check_replaceable(path, kind)
-        except _Replaced:
-            continue
+        except _Replaced as e:
+            replaced = str(e)
+    raise NotReplaceable(replaced)
+
+
+# The paths a run that writes at exit (DUMP, TRACE) found taken at its
+# start, and said so (say_if_taken).
+_said = set()
+
+
+def say_if_taken(path, kind, what, var):
+    """At the start of a run that writes ``path`` at exit: one warning (for
+    the process tree: pycds._log) when what is there is not a file of
+    ``kind`` it may replace (:func:`check_replaceable`); the exit's
+    :func:`say_not_written` then says nothing more.  ``what``: the run's
+    words ("DUMP writes no archive"); ``var``: the variable naming the
+    path."""
     try:
-        return _check_replaceable(path, kind)
-    except _Replaced as e:
-        raise NotReplaceable(str(e)) from None
+        check_replaceable(path, kind)
+    except NotReplaceable as e:
+        _said.add(path)
+        from . import _log
+        _log.warning(f"{what}: {e}; set {var} to a path of its own")
+    except OSError:
+        pass        # (the write at exit says what it meets)
+
+
+def say_not_written(path, error, what, var):
+    """At exit: ``error`` (a :class:`NotReplaceable`) kept the write from
+    ``path``: one warning, or a verbose line where :func:`say_if_taken`
+    said it at start-up."""
+    from . import _log
+    msg = f"{what}: {error}; set {var} to a path of its own"
+    if path in _said:
+        _log.verbose(msg, 1)
+    else:
+        _log.warning(msg)
 
 
 # Times check_replaceable looks at a path that keeps being replaced.

@@ -89,26 +89,6 @@ def write_list(path, names, session):
             raise
 
 
-# Whether start-up found PYCDSLIST holding a file that is not a module
-# list, and said so (once for the process tree).
-_refused = False
-
-
-def check_path_at_start(path):
-    """At a TRACE run's start: one warning (for the process tree) when
-    ``path`` holds a file TRACE may not write over; the exit then says
-    nothing more."""
-    global _refused
-    from ._writer import NotReplaceable, check_replaceable
-    try:
-        check_replaceable(path, LIST_FILE)
-    except NotReplaceable as e:
-        _refused = True
-        _log.warning(f"TRACE writes no module list: {e}; set PYCDSLIST to a path of its own")
-    except OSError:
-        pass
-
-
 def trace_at_exit(config):
     """atexit handler of TRACE mode; never raises; nothing in a
     subinterpreter."""
@@ -118,12 +98,8 @@ def trace_at_exit(config):
     try:
         write_list(config.listfile, module_names(), trace_session())
     except BaseException as e:
-        from ._writer import NotReplaceable
+        from ._writer import NotReplaceable, say_not_written
         if isinstance(e, NotReplaceable):
-            msg = f"TRACE wrote no module list: {e}; set PYCDSLIST to a path of its own"
-            if _refused:
-                _log.verbose(msg, 1)
-            else:
-                _log.warning(msg)
+            say_not_written(config.listfile, e, "TRACE wrote no module list", "PYCDSLIST")
             return
         _log.warning(f"module list not written to {config.listfile}: {e}")

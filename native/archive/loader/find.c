@@ -221,15 +221,29 @@ add_path(path_fact *f, PyObject *p, int dir)
     return 0;
 }
 
+/* ts as nanoseconds (os.stat's *_ns) in *ns: 0, or -1 where that does not
+ * fit a long long (time_ns() declines the same times). */
+static int
+ns_of(struct timespec ts, long long *ns)
+{
+    if (ts.tv_sec > LLONG_MAX / 1000000000 - 1 || ts.tv_sec < LLONG_MIN / 1000000000 + 1) {
+        return -1;
+    }
+    *ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return 0;
+}
+
 /* st's seconds and nanoseconds as os.stat's *_ns (sec * 10**9 + nsec);
  * NULL without an exception where that does not fit a long long. */
 static PyObject *
 time_ns(struct timespec ts)
 {
-    if (ts.tv_sec > LLONG_MAX / 1000000000 - 1 || ts.tv_sec < LLONG_MIN / 1000000000 + 1) {
+    long long ns;
+
+    if (ns_of(ts, &ns) < 0) {
         return NULL;
     }
-    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    return PyLong_FromLongLong(ns);
 }
 
 /* The fact of f, as the Python helpers make it: None where stat failed; a
@@ -390,18 +404,6 @@ done:
 }
 
 /* ---- the verdict --------------------------------------------------------- */
-
-/* ts as nanoseconds (os.stat's *_ns) in *ns: 0, or -1 where that does not
- * fit a long long (time_ns() declines the same times). */
-static int
-ns_of(struct timespec ts, long long *ns)
-{
-    if (ts.tv_sec > LLONG_MAX / 1000000000 - 1 || ts.tv_sec < LLONG_MIN / 1000000000 + 1) {
-        return -1;
-    }
-    *ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    return 0;
-}
 
 /* Whether item i of tuple t is an int equal to v. */
 static int
