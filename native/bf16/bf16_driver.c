@@ -220,8 +220,7 @@ static void
 to_f32_scalar(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(dst + i, &u, sizeof(u));
+        dst[i] = bf16k_widen(src[i]);
     }
 }
 
@@ -690,6 +689,24 @@ apack_reserve(apack_t *ap, size_t need)
     return BF16K_OK;
 }
 
+/* Grow ap's fp32 scratch (cbuf: a fused call's C chunk, a task's work
+ * area) to `need` floats. */
+static int
+scratch_reserve(apack_t *ap, size_t need)
+{
+    if (need <= ap->ccap) {
+        return BF16K_OK;
+    }
+    float *nb = malloc(need * sizeof(float));
+    if (nb == NULL) {
+        return BF16K_E_NOMEM;
+    }
+    free(ap->cbuf);
+    ap->cbuf = nb;
+    ap->ccap = need;
+    return BF16K_OK;
+}
+
 /* One BF16 result from an fp32 value: round to nearest even (NaN -> sign
  * | quiet NaN), then ReLU on the bits: negative values, -0 and NaNs with
  * the sign bit become +0 (as pycds.bf16.functional.relu_bf16). */
@@ -771,10 +788,7 @@ epilogue_scalar(const epilogue_t *e, const float *s, int64_t lds, int64_t i0,
                 v += e->bias[j];
             }
             if (e->res != NULL) {
-                uint32_t u = (uint32_t)e->res[i * e->ldr + j] << 16;
-                float f;
-                memcpy(&f, &u, sizeof(f));
-                v += f;
+                v += bf16k_widen(e->res[i * e->ldr + j]);
             }
             if (e->act == BF16K_ACT_GELU) {
                 v = gelu_f32(v);
@@ -927,15 +941,9 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     int64_t ldc = g->ldc;
     if (g->ep != NULL) {
         ldc = (p1 - p0) * nr;
-        size_t need = (size_t)((m1 - m0) * ldc);
-        if (need > ap->ccap) {
-            float *nb = malloc(need * sizeof(float));
-            if (nb == NULL) {
-                return BF16K_E_NOMEM;
-            }
-            free(ap->cbuf);
-            ap->cbuf = nb;
-            ap->ccap = need;
+        int rc = scratch_reserve(ap, (size_t)((m1 - m0) * ldc));
+        if (rc != BF16K_OK) {
+            return rc;
         }
         cbase = ap->cbuf - m0 * ldc - p0 * nr;
     }
@@ -1411,32 +1419,6 @@ run_tasks(int64_t ntasks, task_fn task, const void *ctx, double flops)
     return run_threads(&g, nt);
 }
 
-/* Grow a task's scratch (the worker's cbuf) to `need` floats. */
-static int
-scratch_reserve(apack_t *ap, size_t need)
-{
-    if (need <= ap->ccap) {
-        return BF16K_OK;
-    }
-    float *nb = malloc(need * sizeof(float));
-    if (nb == NULL) {
-        return BF16K_E_NOMEM;
-    }
-    free(ap->cbuf);
-    ap->cbuf = nb;
-    ap->ccap = need;
-    return BF16K_OK;
-}
-
-static inline float
-bf16_to_f32_1(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 /* Sum of the n values x[j] + b[j] (b may be NULL), and of (x[j] + b[j] - mu)^2
  * when sq: 16 partial sums, which GCC vectorises for the baseline ISA. */
 static inline __attribute__((always_inline)) float
@@ -1689,14 +1671,14 @@ attn_head_body(const attn_t *a, int64_t b, int64_t h, float *restrict w)
     for (int64_t j = 0; j < T; j++) {
         const uint16_t *row = base + j * a->ldq + h * d;
         for (int64_t k = 0; k < d; k++) {
-            kt[k * T + j] = bf16_to_f32_1(row[H + k]) * a->scale;
-            v[j * d + k] = bf16_to_f32_1(row[2 * H + k]);
+            kt[k * T + j] = bf16k_widen(row[H + k]) * a->scale;
+            v[j * d + k] = bf16k_widen(row[2 * H + k]);
         }
     }
     for (int64_t i = 0; i < T; i++) {
         const uint16_t *qr = base + i * a->ldq + h * d;
         for (int64_t k = 0; k < d; k++) {
-            q[k] = bf16_to_f32_1(qr[k]);
+            q[k] = bf16k_widen(qr[k]);
         }
         for (int64_t j = 0; j < T; j++) {
             s[j] = 0.0f;

@@ -19,15 +19,6 @@
 #define NR 16
 #define KU 2
 
-static inline float
-widen(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 static void
 generic_kern(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
              const uint16_t *bp, float *c, int64_t ldc, int mr, int nr,
@@ -48,13 +39,13 @@ generic_kern(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
         float a0[MR] = {0}, a1[MR] = {0};
         for (i = 0; i < mr; i++) {
             const uint16_t *aq = ap + p * a_ps + i * a_rs;
-            a0[i] = widen(aq[0]);
-            a1[i] = widen(aq[1]);
+            a0[i] = bf16k_widen(aq[0]);
+            a1[i] = bf16k_widen(aq[1]);
         }
         for (i = 0; i < MR; i++) {
             for (j = 0; j < NR; j++) {
-                acc[i][j] += a1[i] * widen(bq[KU * j + 1]);
-                acc[i][j] += a0[i] * widen(bq[KU * j]);
+                acc[i][j] += a1[i] * bf16k_widen(bq[KU * j + 1]);
+                acc[i][j] += a0[i] * bf16k_widen(bq[KU * j]);
             }
         }
     }

@@ -18,6 +18,18 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* The fp32 value of the BF16 bit pattern h (its 16 bits above 16 zero
+ * bits): exact, NaN and infinities kept. */
+static inline float
+bf16k_widen(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
 
 #define BF16K_OK 0
 #define BF16K_E_NOMEM (-1)      /* malloc failed */
