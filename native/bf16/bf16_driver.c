@@ -2,8 +2,8 @@
  * threaded sbgemm driver shared by every hardware micro-kernel.
  *
  * Compiled for the baseline ISA (x86-64 / armv8-a); ISA-specific code lives
- * in bf16_avx512.c and bf16_bfmmla.c behind target attributes and is only
- * called after the CPU check below.  No Python objects are touched here:
+ * in bf16_avx512.c, bf16_fma.c and bf16_bfmmla.c behind target attributes
+ * and is only called after the CPU check below.  No Python objects are touched here:
  * cffi calls these functions with the GIL released.
  *
  * Blocking follows the BLIS/GotoBLAS loop nest with B already packed:
@@ -12,6 +12,9 @@
  *       for jp (B panels)         B micro-panel KC x NR stays in L1
  *         for ir (MR rows)        micro-kernel: MR x NR tile of C
  * C is scaled by beta in the first K block only; later blocks accumulate.
+ * For the fp32 FMA kernels (kern_f32) the A block is widened to fp32 while
+ * it is packed, and each KC x NR B micro-panel is widened into a per-thread
+ * fp32 buffer before the MR loop that reuses it.
  * Threads split the B panels (or the rows when there are too few panels).
  */
 #define _GNU_SOURCE
@@ -37,6 +40,8 @@
 #endif
 
 #define KC 256              /* k values per K block (multiple of 4) */
+#define KC_F32 256          /* ... for the fp32 kernels (multiple of 8) */
+#define BUF_ALIGN 64        /* packing buffers: cache-line aligned */
 #define MC_TILES 20         /* MR tiles per A block */
 /* Work chunks per thread, for dynamic balance.  Panel chunks each re-read
  * all of A, so there are fewer of them. */
@@ -48,6 +53,10 @@
 /* ---- dispatch ---------------------------------------------------------- */
 
 static const bf16k_kernel_desc *hw_desc;     /* set once by detect() */
+/* Every kernel this CPU can run, best first, then generic (detect()). */
+static const bf16k_kernel_desc *avail[4];
+static int navail;
+static char avail_names[64];
 #if defined(__x86_64__)
 static int have_avx512bw;   /* set by detect(): AVX512 conversion loops */
 static int have_avx512vl;   /* ... and with VL: the fused epilogue */
@@ -60,7 +69,7 @@ static int num_threads;     /* 0 = not yet set */
 static void
 detect(void)
 {
-    hw_desc = NULL;
+    navail = 0;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     have_avx512bw = __builtin_cpu_supports("avx512f")
@@ -70,13 +79,28 @@ detect(void)
     if (__builtin_cpu_supports("avx512bf16")
             && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512vl")) {
-        hw_desc = &bf16k_avx512_desc;
+        avail[navail++] = &bf16k_avx512_desc;
+    }
+    if (__builtin_cpu_supports("avx512f")) {
+        avail[navail++] = &bf16k_avx512fma_desc;
+    }
+    if (have_avx2 && __builtin_cpu_supports("fma")) {
+        avail[navail++] = &bf16k_avx2fma_desc;
     }
 #elif defined(__aarch64__) && defined(__linux__)
     if (getauxval(AT_HWCAP2) & HWCAP2_BF16) {
-        hw_desc = &bf16k_bfmmla_desc;
+        avail[navail++] = &bf16k_bfmmla_desc;
     }
 #endif
+    hw_desc = navail > 0 ? avail[0] : NULL;
+    avail[navail++] = &bf16k_generic_desc;
+    avail_names[0] = '\0';
+    for (int i = 0; i < navail; i++) {
+        if (i > 0) {
+            strcat(avail_names, " ");
+        }
+        strcat(avail_names, avail[i]->name);   /* < 64 chars in all */
+    }
 }
 
 static const bf16k_kernel_desc *
@@ -105,15 +129,20 @@ bf16k_select_kernel(const char *name)
         atomic_store(&selected, NULL);
         return BF16K_OK;
     }
-    if (strcmp(name, "generic") == 0) {
-        atomic_store(&selected, &bf16k_generic_desc);
-        return BF16K_OK;
-    }
-    if (hw_desc != NULL && strcmp(name, hw_desc->name) == 0) {
-        atomic_store(&selected, hw_desc);
-        return BF16K_OK;
+    for (int i = 0; i < navail; i++) {
+        if (strcmp(name, avail[i]->name) == 0) {
+            atomic_store(&selected, avail[i]);
+            return BF16K_OK;
+        }
     }
     return BF16K_E_NOKERNEL;
+}
+
+const char *
+bf16k_available_kernels(void)
+{
+    pthread_once(&detect_once, detect);
+    return avail_names;
 }
 
 int
@@ -617,6 +646,72 @@ pack_a(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs, int64_t cs,
     }
 }
 
+/* dst[0:8] = the fp32 values of the BF16 src[0:8] (exact). */
+static inline void
+widen8(const uint16_t *src, float *dst)
+{
+#if defined(__SSE2__)
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)src);
+    const __m128i zero = _mm_setzero_si128();
+    _mm_storeu_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(zero, h));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 4), _mm_unpackhi_epi16(zero, h));
+#else
+    for (int q = 0; q < 8; q++) {
+        dst[q] = bf16k_widen(src[q]);
+    }
+#endif
+}
+
+/* The fp32 kernels' B micro-panel: kc rows of nr BF16 (src, [kc][nr]) to
+ * fp32 in dst, then zero rows up to kc8. */
+static void
+widen_panel(const uint16_t *src, int64_t kc, int nr, int64_t kc8, float *dst)
+{
+    const int64_t n = kc * nr;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        widen8(src + i, dst + i);
+    }
+    for (; i < n; i++) {
+        dst[i] = bf16k_widen(src[i]);
+    }
+    memset(dst + n, 0, (size_t)((kc8 - kc) * nr) * sizeof(float));
+}
+
+/* pack_a for the fp32 kernels: rows [i0, i0+mc) x k values [k0, k0+kc) of
+ * op(A), widened to fp32, into [tile][kc8 / G][mr][G] (G =
+ * BF16K_F32_GROUP consecutive k values of a row), zero-padded to whole
+ * tiles and up to kc8 (a multiple of G). */
+static void
+pack_a_f32(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
+           int64_t cs, int64_t m_end, int64_t i0, int64_t mc, int64_t k0,
+           int64_t kc, int64_t kc8, float *dst)
+{
+    enum { G = BF16K_F32_GROUP };
+    const int mr = d->mr;
+    const int64_t tiles = ceil_div(mc, mr);
+    for (int64_t t = 0; t < tiles; t++) {
+        const int64_t r0 = i0 + t * mr;
+        const int rows = (int)(m_end - r0 < mr ? m_end - r0 : mr);
+        for (int64_t pg = 0; pg < kc8; pg += G) {
+            float *gd = dst + (t * kc8 + pg) * mr;     /* [mr][G] */
+            const int64_t kn = kc - pg;   /* valid k values of this group */
+            for (int ii = 0; ii < mr; ii++) {
+                float *q = gd + ii * G;
+                if (ii < rows && cs == 1 && kn >= G) {
+                    widen8(a + (r0 + ii) * rs + k0 + pg, q);
+                    continue;
+                }
+                for (int u = 0; u < G; u++) {
+                    q[u] = ii < rows && u < kn
+                        ? bf16k_widen(a[(r0 + ii) * rs + (k0 + pg + u) * cs])
+                        : 0.0f;
+                }
+            }
+        }
+    }
+}
+
 /* ---- threaded driver --------------------------------------------------- */
 
 /* One sbgemm call, shared by its worker threads.  The work is cut into
@@ -678,8 +773,8 @@ apack_reserve(apack_t *ap, size_t need)
     if (need <= ap->cap) {
         return BF16K_OK;
     }
-    uint16_t *nb = malloc(need * sizeof(uint16_t));
-    if (nb == NULL) {
+    void *nb;
+    if (posix_memalign(&nb, BUF_ALIGN, need * sizeof(uint16_t)) != 0) {
         return BF16K_E_NOMEM;
     }
     free(ap->buf);
@@ -912,9 +1007,13 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     const int mr = d->mr, nr = d->nr, ku = d->ku;
     const int64_t kunits = ceil_div(g->k, ku);
     const int64_t mc_max = (int64_t)MC_TILES * mr;
+    /* fp32 kernels: A and each B micro-panel widened (see the top). */
+    const int f32 = d->kern_f32 != NULL;
     /* Few rows (inference batches): B is streamed once from memory, so read
-     * each panel front to back in one pass instead of in KC blocks. */
-    int64_t kcu_max = m1 - m0 <= 2 * mr ? kunits : KC / ku;
+     * each panel front to back in one pass instead of in KC blocks (the
+     * fp32 kernels keep KC blocks: their widened panel must stay in L1). */
+    int64_t kcu_max = f32 ? KC_F32 / ku
+                          : (m1 - m0 <= 2 * mr ? kunits : KC / ku);
     /* Equal K blocks (no short tail block, which would pay a full C
      * read-modify-write for little work). */
     kcu_max = ceil_div(kunits, ceil_div(kunits, kcu_max));
@@ -927,10 +1026,21 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     /* Packing identical for every chunk of this call: pack once. */
     const int reusable = kcu_max == kunits && m1 - m0 <= mc_max;
 
+    /* fp32 kernels: the widened A block (arows x kc8max floats), then, at
+     * a cache-line boundary, the widened B micro-panel (kc8max x nr). */
+    const int64_t kc8max = ceil_div(kcu_max, BF16K_F32_GROUP)
+        * BF16K_F32_GROUP;
+    int64_t boff = 0;
     if (!direct) {
         int64_t arows = m1 - m0 < mc_max ? ceil_div(m1 - m0, mr) * mr
                                          : mc_max;
-        int rc = apack_reserve(ap, (size_t)(arows * kcu_max * ku));
+        size_t need = (size_t)(arows * kcu_max * ku);
+        if (f32) {
+            boff = ceil_div(arows * kc8max, BUF_ALIGN / sizeof(float))
+                * (int64_t)(BUF_ALIGN / sizeof(float));
+            need = (size_t)(boff + kc8max * nr) * 2;   /* floats as uint16 */
+        }
+        int rc = apack_reserve(ap, need);
         if (rc != BF16K_OK) {
             return rc;
         }
@@ -951,6 +1061,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
         int64_t kcu = kunits - pc < kcu_max ? kunits - pc : kcu_max;
         float beta = pc == 0 ? g->beta : 1.0f;
         const int last = pc + kcu >= kunits;
+        const int64_t kc8 = ceil_div(kcu, BF16K_F32_GROUP) * BF16K_F32_GROUP;
         for (int64_t ic = m0; ic < m1; ic += mc_max) {
             int64_t mc = m1 - ic < mc_max ? m1 - ic : mc_max;
             const uint16_t *ablk;
@@ -962,8 +1073,13 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
             } else {
                 if (!(reusable && ap->valid && ap->m0 == m0
                       && ap->m1 == m1)) {
-                    pack_a(d, g->a, g->a_rs, g->a_cs, m1, g->k, ic, mc,
-                           pc * ku, kcu, ap->buf);
+                    if (f32) {
+                        pack_a_f32(d, g->a, g->a_rs, g->a_cs, m1, ic, mc,
+                                   pc * ku, kcu, kc8, (float *)(void *)ap->buf);
+                    } else {
+                        pack_a(d, g->a, g->a_rs, g->a_cs, m1, g->k, ic, mc,
+                               pc * ku, kcu, ap->buf);
+                    }
                     ap->valid = reusable;
                     ap->m0 = m0;
                     ap->m1 = m1;
@@ -976,14 +1092,26 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                 const uint16_t *bpan = g->bp + (jp * kunits + pc) * nr * ku;
                 int64_t col = jp * nr;
                 int ncols = (int)(g->n - col < nr ? g->n - col : nr);
-                for (int64_t ir = 0; ir < mc; ir += mr) {
-                    int rows = (int)(mc - ir < mr ? mc - ir : mr);
-                    const uint16_t *at = direct
-                        ? ablk + ir * a_rs
-                        : ablk + (ir / mr) * kcu * mr * ku;
-                    d->kern(kcu, at, a_ps, a_rs, bpan,
-                            cbase + (ic + ir) * ldc + col, ldc, rows,
-                            ncols, g->alpha, beta);
+                if (f32) {
+                    const float *afl = (const float *)(const void *)ap->buf;
+                    float *bfl = (float *)(void *)ap->buf + boff;
+                    widen_panel(bpan, kcu, nr, kc8, bfl);
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
+                        int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                        d->kern_f32(kc8, afl + (ir / mr) * kc8 * mr, bfl,
+                                    cbase + (ic + ir) * ldc + col, ldc, rows,
+                                    ncols, g->alpha, beta);
+                    }
+                } else {
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
+                        int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                        const uint16_t *at = direct
+                            ? ablk + ir * a_rs
+                            : ablk + (ir / mr) * kcu * mr * ku;
+                        d->kern(kcu, at, a_ps, a_rs, bpan,
+                                cbase + (ic + ir) * ldc + col, ldc, rows,
+                                ncols, g->alpha, beta);
+                    }
                 }
                 if (g->ep != NULL && last) {
                     epilogue(d, g->ep, cbase + ic * ldc + col, ldc, ic, (int)mc,

@@ -4,6 +4,8 @@
  * of OpenBLAS cblas_sbgemm, row-major) with runtime CPU dispatch:
  *
  *   x86-64   AVX512-BF16  VDPBF16PS (_mm512_dpbf16_ps)  bf16_avx512.c
+ *   x86-64   AVX-512F     VFMADD231PS zmm, BF16 widened  bf16_fma.c
+ *   x86-64   AVX2 + FMA   VFMADD231PS ymm, BF16 widened  bf16_fma.c
  *   aarch64  FEAT_BF16    BFMMLA    (vbfmmlaq_f32)      bf16_bfmmla.c
  *   other    none: the Python wrapper uses its numpy/OpenBLAS fallback.
  *
@@ -64,13 +66,30 @@ typedef void (*bf16k_microkernel)(int64_t ku, const uint16_t *ap,
                                   const uint16_t *bp, float *c, int64_t ldc,
                                   int mr, int nr, float alpha, float beta);
 
+/* Micro-kernels on fp32 operands (kernels without BF16 instructions): the
+ * driver widens BF16 to fp32 while packing.
+ *
+ * kern_f32(kc, a, b, c, ldc, mr, nr, alpha, beta):
+ *   C[0:mr, 0:nr] = alpha * A @ B + beta * C   (kc k values)
+ *   kc is a multiple of BF16K_F32_GROUP; a: [kc / GROUP][MR][GROUP] fp32
+ *   (GROUP consecutive k values of each row, zero rows past mr); b: [kc][NR]
+ *   fp32 (zero columns past nr).  beta == 0 means C is not read.
+ * B is packed in k-units of KU = 1 (the BF16 panel [k][NR]). */
+#define BF16K_F32_GROUP 8
+
+typedef void (*bf16k_microkernel_f32)(int64_t kc, const float *a,
+                                      const float *b, float *c, int64_t ldc,
+                                      int mr, int nr, float alpha,
+                                      float beta);
+
 typedef struct {
-    const char *name;   /* "avx512bf16", "bfmmla" */
+    const char *name;   /* "avx512bf16", "avx512fma", "avx2fma", "bfmmla" */
     int mr;             /* rows per micro-tile */
     int nr;             /* columns per micro-tile (= B panel width) */
     int ku;             /* k values per k-unit */
     int direct_a;       /* 1: may read row-major A without packing */
-    bf16k_microkernel kern;
+    bf16k_microkernel kern;          /* BF16 operands, or NULL */
+    bf16k_microkernel_f32 kern_f32;  /* fp32 operands, or NULL */
 } bf16k_kernel_desc;
 
 /* Kernel descriptors (bf16_generic.c is portable C, for testing the driver
@@ -78,6 +97,8 @@ typedef struct {
 extern const bf16k_kernel_desc bf16k_generic_desc;
 #if defined(__x86_64__)
 extern const bf16k_kernel_desc bf16k_avx512_desc;
+extern const bf16k_kernel_desc bf16k_avx512fma_desc;
+extern const bf16k_kernel_desc bf16k_avx2fma_desc;
 #endif
 #if defined(__aarch64__)
 extern const bf16k_kernel_desc bf16k_bfmmla_desc;
@@ -90,10 +111,15 @@ extern const bf16k_kernel_desc bf16k_bfmmla_desc;
 const char *bf16k_kernel_name(void);
 
 /* Select the kernel: "auto" (hardware detection), "generic" (portable C,
- * for tests), or a hardware kernel's name if this CPU has it.  Returns 0 or
- * BF16K_E_NOKERNEL / BF16K_E_ARG.  Takes effect for later calls; packed B
- * from another kernel must be re-packed (BF16K_E_ARG on a short buffer). */
+ * for tests), or the name of any kernel this CPU can run (so that the
+ * AVX2 and AVX-512F FMA kernels can be tested on a CPU with AVX512-BF16).
+ * Returns 0 or BF16K_E_NOKERNEL / BF16K_E_ARG.  Takes effect for later
+ * calls; packed B from another kernel must be re-packed (BF16K_E_LAYOUT). */
 int bf16k_select_kernel(const char *name);
+
+/* The kernels this CPU can run, space-separated, the one "auto" picks
+ * first and "generic" last.  Static string. */
+const char *bf16k_available_kernels(void);
 
 /* MR, NR, KU of the active hardware kernel (see bf16k_kernel_desc); returns
  * BF16K_E_NOKERNEL (outputs untouched) when there is none. */

@@ -55,7 +55,8 @@ def compile_args(machine=None):
 with open(os.path.join(SRC, "bf16_kernels.cdef")) as f:
     CDEF = f.read()
 
-SOURCES = ["bf16_driver.c", "bf16_avx512.c", "bf16_bfmmla.c", "bf16_generic.c"]
+SOURCES = ["bf16_driver.c", "bf16_avx512.c", "bf16_fma.c", "bf16_bfmmla.c",
+           "bf16_generic.c"]
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

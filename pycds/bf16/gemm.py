@@ -17,12 +17,15 @@ pack(b, trans_b=False) -> PackedB
 PackedB
     The packed-weights object.
 kernel_name() -> str
-    The kernel in use: ``"avx512bf16"``, ``"bfmmla"`` or ``"fallback"``.
+    The kernel in use: ``"avx512bf16"``, ``"avx512fma"``, ``"avx2fma"``,
+    ``"bfmmla"`` or ``"fallback"``.
 Bf16KernelError
     Raised when the native kernel returns an error code.
 
 Module attributes: ``HW_KERNEL`` is the hardware kernel found by the C
-detection (``"none"`` if there is none), ``ENV_KERNEL`` the override variable.
+detection (``"none"`` if there is none), ``NATIVE_KERNELS`` every native
+kernel this CPU can run (``HW_KERNEL`` first, ``"generic"`` last),
+``ENV_KERNEL`` the override variable.
 
 Kernels
 -------
@@ -32,6 +35,10 @@ import time, with CPU feature detection in C:
 * ``avx512bf16`` -- x86-64 with AVX512-BF16 (``__builtin_cpu_supports``):
   12x32 ``vdpbf16ps`` (Intel intrinsics guide ``_mm512_dpbf16_ps``)
   micro-kernel in a BLIS-style blocked driver, work split over pthreads.
+* ``avx512fma`` / ``avx2fma`` -- x86-64 without BF16 instructions, with
+  AVX-512F, or AVX2 and FMA: the same driver widens BF16 to fp32 while
+  packing (packed weights stay BF16, half the bytes of fp32) and runs a
+  12x32 zmm or 6x16 ymm fp32 FMA micro-kernel.
 * ``bfmmla`` -- aarch64 with FEAT_BF16 (``getauxval(AT_HWCAP2) &
   HWCAP2_BF16``): 8x8 ``BFMMLA`` (Arm ACLE ``vbfmmlaq_f32``) micro-kernel in
   the same driver; tested under ``qemu-aarch64 -cpu max``.
@@ -43,7 +50,8 @@ import time, with CPU feature detection in C:
 Set ``PYCDS_BF16_KERNEL=fallback`` in the environment (read at import) to
 force the fallback on any machine; ``PYCDS_BF16_KERNEL=generic`` selects a
 portable C micro-kernel in the native driver (slow; it lets the driver be
-tested on CPUs without BF16 instructions).  The native module is required: if it
+tested anywhere), and the name of any kernel in ``NATIVE_KERNELS`` selects
+it (e.g. ``avx2fma`` on a CPU with AVX512-BF16, to test or time it).  The native module is required: if it
 cannot be imported, importing this module fails.  cffi releases the GIL
 during the native calls, so sbgemm runs concurrently with other Python
 threads.  Details, error bound and benchmarks: ``docs/bf16.md``.
@@ -110,9 +118,10 @@ def _native_params():
     return name, p[1], p[2], int(_lib.bf16k_packed_layout())
 
 
-# Hardware kernel found by the C detection ("none" if there is none).
+# Hardware kernel found by the C detection ("none" if there is none), and
+# every native kernel this CPU can run (HW_KERNEL first, "generic" last).
 HW_KERNEL = _ffi.string(_lib.bf16k_kernel_name()).decode()
-NATIVE_KERNELS = ("generic",) + ((HW_KERNEL,) if HW_KERNEL != "none" else ())
+NATIVE_KERNELS = tuple(_ffi.string(_lib.bf16k_available_kernels()).decode().split())
 
 
 def _as_bf16_bits(x, name):
@@ -177,19 +186,19 @@ class PackedB:
 
 def _initial_kernel():
     want = os.environ.get(ENV_KERNEL, "").strip().lower()
-    if want == "fallback" or (HW_KERNEL == "none" and want != "generic"):
-        return "fallback"
-    if want == "generic":
-        _check(_lib.bf16k_select_kernel(b"generic"))
-        return "generic"
-    if want not in ("", "auto", HW_KERNEL):
+    if want in NATIVE_KERNELS:
+        _check(_lib.bf16k_select_kernel(want.encode()))
+        return want
+    auto = HW_KERNEL if HW_KERNEL != "none" else "fallback"
+    if want not in ("", "auto", "fallback"):
+        choices = ", ".join(repr(c) for c in ("auto", "fallback") + NATIVE_KERNELS)
         warnings.warn(
-            f"{ENV_KERNEL}={want!r} is not available here (choices: 'auto', "
-            f"'fallback', 'generic', {HW_KERNEL!r}); using {HW_KERNEL!r}",
+            f"{ENV_KERNEL}={want!r} is not available here (choices: "
+            f"{choices}); using {auto!r}",
             RuntimeWarning,
             stacklevel=2,
         )
-    return HW_KERNEL
+    return "fallback" if want == "fallback" else auto
 
 
 _kernel = _initial_kernel()
@@ -221,8 +230,9 @@ def kernel_name():
     Returns
     -------
     str
-        ``"avx512bf16"``, ``"bfmmla"`` or ``"fallback"`` (or ``"generic"``,
-        the portable C kernel, when selected for testing).
+        ``"avx512bf16"``, ``"avx512fma"``, ``"avx2fma"``, ``"bfmmla"`` or
+        ``"fallback"`` (or ``"generic"``, the portable C kernel, when
+        selected for testing).
     """
     return _kernel
 

@@ -159,10 +159,13 @@ class TestConv2dBf16:
                         err_v + R.U_BF16 * (np.abs(ref) + err_v),
                         f"conv2d_bf16 N,C,H,W,K,KH,KW,S,P,D,G={case[:11]}")
 
-    @pytest.mark.parametrize("kernel", ["generic", "fallback"])
+    @pytest.mark.parametrize("kernel", ["generic", "fallback", "avx512fma", "avx2fma"])
     def test_other_kernels(self, kernel):
-        # the portable C kernel (scalar post-ops) and the numpy fallback
+        # the portable C kernel (scalar post-ops), the numpy fallback and the
+        # FMA kernels of CPUs without BF16 instructions (where this CPU has them)
         from pycds.bf16 import gemm
+        if kernel not in ("fallback",) + gemm.NATIVE_KERNELS:
+            pytest.skip(f"this CPU cannot run {kernel}")
         prev = gemm._select_kernel(kernel)
         try:
             for case in [(1, 4, 9, 8, 6, 3, 3, 1, 1, 1, 1, True, 1),

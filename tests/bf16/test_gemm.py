@@ -64,12 +64,23 @@ def reference(a, b, c0, alpha, beta):
     return ref, af, bf
 
 
+# The fp32 FMA kernels for CPUs without BF16 instructions, run (forced)
+# wherever the CPU has them, also when a better kernel is the default.
+FMA_KERNELS = ["avx512fma", "avx2fma"]
+
+
 def _kernel_selected(param):
     if param == "hw":
         if gemm.HW_KERNEL == "none":
-            pytest.skip("this CPU has no AVX512-BF16 / BFMMLA; the driver is "
+            pytest.skip("this CPU has no BF16 or FMA kernel; the driver is "
                         "covered by 'generic' here and BFMMLA under qemu")
         name = gemm.HW_KERNEL
+    elif param in FMA_KERNELS:
+        if param not in gemm.NATIVE_KERNELS:
+            pytest.skip(f"this CPU cannot run {param}")
+        if param == gemm.HW_KERNEL:
+            pytest.skip(f"{param} is the 'hw' kernel here")
+        name = param
     else:
         name = param
     prev = gemm._select_kernel(name)
@@ -77,16 +88,17 @@ def _kernel_selected(param):
     gemm._select_kernel(prev)
 
 
-@pytest.fixture(params=["hw", "generic", "fallback"])
+@pytest.fixture(params=["hw", "generic", "fallback"] + FMA_KERNELS)
 def kernel(request):
     """Run the test on the hardware kernel, the portable C kernel (same
-    native driver: packing, threads, blocking) and the numpy fallback."""
+    native driver: packing, threads, blocking), the numpy fallback and the
+    FMA kernels this CPU can run."""
     yield from _kernel_selected(request.param)
 
 
-@pytest.fixture(params=["hw", "generic"])
+@pytest.fixture(params=["hw", "generic"] + FMA_KERNELS)
 def native_kernel(request):
-    """The two kernels of the native driver (its worker pool)."""
+    """The kernels of the native driver (its worker pool)."""
     yield from _kernel_selected(request.param)
 
 
@@ -152,6 +164,22 @@ class TestSbgemmRandom:
 
 
 class TestSbgemmShapes:
+    @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (1, 5, 1), (7, 1, 3),
+                                         (6, 16, 8), (12, 32, 8), (13, 33, 9),
+                                         (7, 17, 1), (25, 47, 255), (11, 31, 257),
+                                         (131, 70, 513), (5, 3, 2)])
+    def test_tile_edges(self, kernel, m, n, k):
+        # M, N, K on both sides of the tiles (6x16, 12x32, 4x16), of the
+        # 8-value k groups of the fp32 kernels and of the K blocks; K = 1.
+        rng = np.random.default_rng(m * 1000 + n * 10 + k)
+        a, b = rand_bf16(rng, (m, k)), rand_bf16(rng, (k, n))
+        check(gemm.sbgemm(a, gemm.pack(b)), a, b, None, 1.0, 0.0)
+        c0 = rng.standard_normal((m, n)).astype(np.float32)
+        c = c0.copy()
+        gemm.sbgemm(np.ascontiguousarray(a.T), b, c, alpha=1.5, beta=-1.0,
+                    trans_a=True)
+        check(c, a, b, c0, 1.5, -1.0)
+
     @pytest.mark.parametrize("m", [1, 8])
     def test_inference_rows_packed(self, kernel, m):
         # Small-batch inference: M in {1, 8} rows, packed (K, N) weights.
@@ -316,21 +344,36 @@ class TestErrors:
 
 class TestDispatch:
     def test_kernel_name(self):
-        assert gemm.kernel_name() in ("avx512bf16", "bfmmla", "fallback",
-                                      "generic")
-        assert gemm.HW_KERNEL in ("avx512bf16", "bfmmla", "none")
+        hw = ("avx512bf16", "avx512fma", "avx2fma", "bfmmla")
+        assert gemm.kernel_name() in hw + ("fallback", "generic")
+        assert gemm.HW_KERNEL in hw + ("none",)
+        assert gemm.NATIVE_KERNELS[-1] == "generic"
+        if gemm.HW_KERNEL != "none":
+            assert gemm.NATIVE_KERNELS[0] == gemm.HW_KERNEL
 
-    def test_this_machine_has_avx512bf16(self):
-        # The dev machine advertises avx512_bf16; the C detection must agree.
+    def test_cpu_flags_pick_the_kernel(self):
+        # The C detection (cpuid) agrees with the flags Linux reports.
         with open("/proc/cpuinfo") as f:
-            flags = f.read()
-        if " avx512_bf16" in flags and " avx512bw" in flags:
-            assert gemm.HW_KERNEL == "avx512bf16"
+            flags = set(next(ln for ln in f if ln.startswith("flags")).split())
+        want = []
+        if {"avx512_bf16", "avx512bw", "avx512vl"} <= flags:
+            want.append("avx512bf16")
+        if "avx512f" in flags:
+            want.append("avx512fma")
+        if {"avx2", "fma"} <= flags:
+            want.append("avx2fma")
+        if os.uname().machine == "x86_64":
+            assert list(gemm.NATIVE_KERNELS[:-1]) == want
+            assert gemm.HW_KERNEL == (want[0] if want else "none")
 
     @pytest.mark.parametrize("value, want", [("fallback", "fallback"),
                                              ("generic", "generic"),
-                                             ("auto", None)])
+                                             ("auto", None),
+                                             ("avx2fma", "avx2fma"),
+                                             ("avx512fma", "avx512fma")])
     def test_env_override(self, value, want):
+        if want in FMA_KERNELS and want not in gemm.NATIVE_KERNELS:
+            pytest.skip(f"this CPU cannot run {want}")
         env = dict(os.environ, PYCDS_BF16_KERNEL=value)
         # The installed package, not the checkout (-c puts the cwd first on
         # sys.path; the checkout has no compiled kernels of its own).
