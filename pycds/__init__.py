@@ -41,6 +41,44 @@ def _loader_parts():
 # program runs; by the program when it uses the API).
 _STOCK_LOADER = _loader_parts()
 
+
+def loader_patched():
+    """Whether the program has replaced a part of the stock
+    ``SourceFileLoader`` that plain import's ``get_code`` uses (a
+    ``source_to_code`` that rewrites code, say): code made or archived then
+    is not what the stock loader makes, so pycds neither archives nor serves
+    it.  The stock parts are those pycds started with."""
+    return _loader_parts() != _STOCK_LOADER
+
+
+# The methods of plain import's search whose answer pycds replays
+# (pycds._search, native/archive/loader/find.c), as pycds started with them:
+# a program that replaces one gets it called.
+_STOCK_SEARCH = tuple(
+    (cls, name, cls.__dict__[name])
+    for cls, names in ((_bootstrap_external.PathFinder,
+                        ("find_spec", "_get_spec", "_path_importer_cache")),
+                       (_bootstrap_external.FileFinder, ("find_spec",)))
+    for name in names)
+
+# FileFinder's (suffix, loader) pairs as its default path hook makes them
+# (FileFinder.__init__ and _install in importlib/_bootstrap_external.py).
+FILE_LOADERS = [(suffix, loader)
+                for loader, suffixes in _bootstrap_external._get_supported_file_loaders()
+                for suffix in suffixes]
+
+
+def search_replayable():
+    """Whether a recorded search may be replayed: the search's methods are
+    the stock ones and ``-vv`` is off (FileFinder prints each file it tries
+    then; a replay would not)."""
+    if sys.flags.verbose >= 2:
+        return False
+    for cls, name, original in _STOCK_SEARCH:
+        if cls.__dict__.get(name) is not original:
+            return False
+    return True
+
 # The file names of importlib's own frames (frozen; 3.10-3.13, also under
 # -X frozen_modules=off).
 BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",

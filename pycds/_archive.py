@@ -74,6 +74,9 @@ _FIELDS = (
 # chunk_off u64, chunk_len u32, root_off u32, reloc_first u64,
 # reloc_count u32, zero u32, checksum u64.
 CHUNK_REC = 40
+
+# How a module's code reached the dump run: an index entry's pyc_kind.
+PYC_NONE, PYC_TIMESTAMP, PYC_CHECKED_HASH, PYC_UNCHECKED_HASH = 0, 1, 2, 3
 _SUM_AT = 248
 _HEADER_KEY = 0x50594344534844        # "PYCDSHD"
 _NAME_KEY = 0x50594344534e4d          # "PYCDSNM"

@@ -40,7 +40,7 @@ from _weakref import ref
 from os import stat
 from time import time_ns
 
-from ._pyc import loader_patched
+from . import loader_patched
 
 __all__ = ["install", "active", "preloaded", "stop", "ran", "stat_key",
            "SETTLED_NS"]

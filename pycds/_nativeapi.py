@@ -237,10 +237,12 @@ class IndexFinder:
         self._flags = lib.PYCDS_FIND_FILES if files else 0
         self._find = lib.pycds_index_find
         self._hit = lib.pycds_index_hit
-        from ._pyc import PYC_TIMESTAMP
-        from ._search import FileFinder, _LOADERS
+        from _frozen_importlib_external import FileFinder, PathFinder
+        from . import FILE_LOADERS
+        from ._archive import PYC_TIMESTAMP
         # (Kept alive here; the attribute names interned, as constants are.)
-        self._ctx = (FileFinder, _LOADERS, PYC_TIMESTAMP, "_loaders", "path")
+        self._ctx = (FileFinder, FILE_LOADERS, PYC_TIMESTAMP, "_loaders", "path",
+                     PathFinder, "_path_importer_cache")
 
     def find(self, name):
         """``[entry tuple, stamps of the search's steps, package directory's
@@ -258,7 +260,10 @@ class IndexFinder:
         (native/archive/loader/find.c, pycds_index_hit): True when plain
         import, searching ``path`` (a list, or None for ``sys.path``), would
         take the archived module as the dump recorded it (PYCDSCHECK=mtime
-        rules).  None, False: as :meth:`find`."""
+        rules).  None, False: as :meth:`find`.  Runs the path hooks of
+        the search's entries not in ``sys.path_importer_cache`` yet, as
+        PathFinder would (call it only where
+        :func:`pycds.search_replayable`)."""
         out = []
         if self._hit(self._ix, id(name), id(path), id(self._ctx), id(out)):
             return False

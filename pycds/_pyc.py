@@ -18,14 +18,12 @@ import os
 
 from _frozen_importlib_external import _RAW_MAGIC_NUMBER
 
-from . import _STOCK_LOADER, _loader_parts
+from . import loader_patched
+from ._archive import PYC_CHECKED_HASH, PYC_NONE, PYC_TIMESTAMP, PYC_UNCHECKED_HASH
 from .errors import program_raised
 
 __all__ = ["check", "stale", "classify_pyc", "pyc_facts", "source_hash",
            "stat_or_none", "file_facts", "loader_patched"]
-
-# How the module's code reached the dump run (an index entry's pyc_kind).
-PYC_NONE, PYC_TIMESTAMP, PYC_CHECKED_HASH, PYC_UNCHECKED_HASH = 0, 1, 2, 3
 
 # What plain import does with a .pyc for its source (classify_pyc).
 PYC_VALID, PYC_UNCHECKED, PYC_INVALID = range(3)
@@ -152,16 +150,6 @@ def pyc_facts(cached):
     else:
         kind = PYC_TIMESTAMP
     return kind, st, head
-
-
-def loader_patched():
-    """Whether the program has replaced a part of the stock
-    ``SourceFileLoader`` that plain import's ``get_code`` uses (a
-    ``source_to_code`` that rewrites code, say): code made or archived then
-    is not what the stock loader makes, so pycds neither archives nor serves
-    it.  The stock parts are those pycds started with (the package notes
-    them)."""
-    return _loader_parts() != _STOCK_LOADER
 
 
 def stale(entry, mode, cached=None):

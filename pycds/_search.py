@@ -36,25 +36,13 @@ from _frozen_importlib_external import (FileFinder, PathFinder,
                                         _get_supported_file_loaders,
                                         spec_from_file_location)
 
+from . import FILE_LOADERS, search_replayable
 from ._pyc import stat_or_none
 
 __all__ = ["Recorder", "find_spec", "replayed"]
 
-# FileFinder's (suffix, loader) pairs as its default path hook makes them
-# (FileFinder.__init__ and _install in _bootstrap_external.py).
-_LOADERS = [(suffix, loader) for loader, suffixes in _get_supported_file_loaders()
-            for suffix in suffixes]
-_INITS = frozenset("__init__" + suffix for suffix, _ in _LOADERS)
+_INITS = frozenset("__init__" + suffix for suffix, _ in FILE_LOADERS)
 _MISSING = object()
-# Under -vv FileFinder prints each file it tries; replaying would not.
-_REPLAY = sys.flags.verbose < 2
-# The methods whose answer is replayed: a program that replaces one of them
-# gets them called.
-_ORIGINALS = ((PathFinder, "find_spec", PathFinder.__dict__["find_spec"]),
-              (PathFinder, "_get_spec", PathFinder.__dict__["_get_spec"]),
-              (PathFinder, "_path_importer_cache",
-               PathFinder.__dict__["_path_importer_cache"]),
-              (FileFinder, "find_spec", FileFinder.__dict__["find_spec"]))
 
 # A directory changed this recently when the dump records it gets no stamp:
 # a later change within the file system's timestamp granularity (1 s on
@@ -72,13 +60,6 @@ def _stamp(path):
     if st is None:
         return None
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-
-
-def _pristine():
-    for cls, name, original in _ORIGINALS:
-        if cls.__dict__.get(name) is not original:
-            return False
-    return True
 
 
 class Recorder:
@@ -128,7 +109,7 @@ class Recorder:
             path = sys.path
         if type(path) is not list:
             return None
-        candidates = {tail} | {tail + suffix for suffix, _ in _LOADERS}
+        candidates = {tail} | {tail + suffix for suffix, _ in FILE_LOADERS}
         cache = sys.path_importer_cache
         steps = []
         for entry in path:
@@ -138,7 +119,7 @@ class Recorder:
             if finder is None:
                 steps.append((entry, None, None))
                 continue
-            if type(finder) is not FileFinder or finder._loaders != _LOADERS:
+            if type(finder) is not FileFinder or finder._loaders != FILE_LOADERS:
                 return None       # not cached (_MISSING), or not the standard one
             directory = finder.path
             stamp, names = self._listing(directory)
@@ -191,7 +172,7 @@ def find_spec(fullname, path, target, origin, search, stamps=None):
     path (native/archive/loader/find.c); None: take them now.  Raises what
     PathFinder raises."""
     global replayed
-    if search is None or not _REPLAY or not _pristine():
+    if search is None or not search_replayable():
         return PathFinder.find_spec(fullname, path, target)
     steps, pkg_dir, pkg_stamp = search
     if path is None:
@@ -206,7 +187,7 @@ def find_spec(fullname, path, target, origin, search, stamps=None):
         finder = PathFinder._path_importer_cache(entry)
         if finder is None and i < last:
             continue          # PathFinder skips it too
-        if type(finder) is not FileFinder or finder._loaders != _LOADERS:
+        if type(finder) is not FileFinder or finder._loaders != FILE_LOADERS:
             return PathFinder.find_spec(fullname, path, target)
         if stamp is not None and finder.path == directory and \
                 (_stamp(directory) if stamps is None else stamps[0][i]) == stamp:

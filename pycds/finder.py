@@ -20,8 +20,9 @@ program raised through it (:func:`pycds.errors.program_raised`), as plain
 import's own code would pass it on.  The ``.pyc`` rules are pycds._pyc's,
 the archive's format pycds._archive's.  Imports only builtins and importlib
 (already loaded at start-up: ``_frozen_importlib_external`` is what
-importlib.machinery re-exports); pycds._search and the native module are
-loaded on the first archive hit.
+importlib.machinery re-exports).  The native module is loaded when the
+archive opens; pycds._search and pycds._pyc only where a hit is judged in
+Python (a changed directory, a moved tree, PYCDSCHECK=hash).
 """
 
 import _thread
@@ -31,7 +32,7 @@ import time
 from _frozen_importlib_external import PathFinder, SourceFileLoader, spec_from_file_location
 from _imp import _fix_co_filename
 
-from . import _archive, _config, _pyc, imported_by_interpreter
+from . import _archive, _config, imported_by_interpreter, loader_patched, search_replayable
 from ._config import MODE_AUTO
 from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
@@ -50,6 +51,7 @@ _counters = {
     "open_ms": 0.0,
     "released_bytes": 0,
     "startup_plain": 0,
+    "searches_replayed": 0,     # by the native verdict (pycds._search counts its own)
 }
 
 # PYCDSVERBOSE, from the configuration install() was given.
@@ -141,7 +143,8 @@ def stats():
     native = _installed.archive._native if _installed is not None else None
     out["prefetched"] = native.prefetched() if native is not None else 0
     search = sys.modules.get(__package__ + "._search")
-    out["searches_replayed"] = search.replayed if search is not None else 0
+    if search is not None:
+        out["searches_replayed"] += search.replayed
     return out
 
 
@@ -209,6 +212,30 @@ class _Archive:
         finally:
             self._open_lock.release()
 
+    def open_native(self):
+        """:meth:`_open_native`, or None where that fails: the archive is
+        then disabled (one warning).  Raises only what the program's state
+        raised (PROGRAM_STATE_ERRORS)."""
+        try:
+            return self._open_native()
+        except Exception as e:
+            # Loading the native module runs imports the program does not
+            # make (_cffi_backend), which its audit hooks (or, where it is
+            # not on the start-up search path, its meta path finders) may
+            # refuse with anything: whatever the program raised there is a
+            # reason not to use the archive, not an error of the program's
+            # import.
+            if isinstance(e, PROGRAM_STATE_ERRORS):
+                raise
+            # Foreign build, missing native module, bad mapping: the whole
+            # archive is unusable.  In a subinterpreter of 3.12+ the cffi
+            # module refuses to load: that interpreter imports plainly, as
+            # it should (archived objects and the native state are the main
+            # interpreter's), and that is no fault.
+            self.disable(str(e), quiet=isinstance(e, ImportError)
+                         and "subinterpreter" in str(e))
+            return None
+
     def disable(self, reason, quiet=False, damaged=False):
         # ``damaged``: the file is (the warning says what to do about it).
         if not self.disabled:
@@ -232,36 +259,18 @@ class _Archive:
         if self.disabled:
             return None
         t0 = time.perf_counter()
+        native = self._native or self.open_native()
+        if native is None:
+            if not self.disabled:
+                _fallback(entry.name, "imported while the native module loads")
+            return None
         try:
-            native = self._native
-            if native is None:
-                native = self._open_native()
-                if native is None:
-                    _fallback(entry.name, "imported while the native module loads")
-                    return None
             code = native.load(entry)
         except Exception as e:
-            if self._native is None:
-                # Loading the native module runs imports the program does
-                # not make (_cffi_backend), which its audit hooks (or, where
-                # it is not on the start-up search path, its meta path
-                # finders) may refuse with anything: whatever the
-                # program raised there is a reason not to use the archive,
-                # not an error of the program's import.
-                if isinstance(e, PROGRAM_STATE_ERRORS):
-                    raise
-            elif program_raised(e):
+            if program_raised(e):
                 raise
             code = getattr(e, "code", 0)
-            if self._native is None:
-                # Foreign build, missing native module, bad mapping: the
-                # whole archive is unusable.  In a subinterpreter of 3.12+
-                # the cffi module refuses to load: that interpreter imports
-                # plainly, as it should (archived objects and the native
-                # state are the main interpreter's), and that is no fault.
-                self.disable(str(e), quiet=isinstance(e, ImportError)
-                             and "subinterpreter" in str(e))
-            elif code == E_STATE:
+            if code == E_STATE:
                 # Failed before (said then), or being loaded
                 # by a stage 2 that ran Python code (native/archive/loader/archive.h).
                 _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
@@ -393,7 +402,7 @@ class ArchivedCode:
         if d.get("get_code") is self:
             d.pop("get_code", None)
             d.pop("__reduce_ex__", None)
-        if _pyc.loader_patched():
+        if loader_patched():
             # Plain import runs the program's replacement: so does this
             # (CDSFinder.find_spec checks first: this is for a replacement
             # made between the two).
@@ -409,7 +418,7 @@ class ArchivedCode:
             # module at its first attribute access; runpy calls get_code
             # itself): plain import reads the source's stat now.  (Within
             # an import statement, find_spec checked it a moment ago.)
-            st = _pyc.stat_or_none(loader.path)
+            st = (_pyc or _pyc_rules()).stat_or_none(loader.path)
             if st is None or st.st_mtime_ns != ref.mtime_ns or st.st_size != ref.size:
                 _stale_fallback(fullname, "source changed since it was found")
                 return SourceFileLoader.get_code(loader, fullname)
@@ -460,15 +469,25 @@ def served_loader(loader):
 def _first_search(*args):
     # pycds._search is imported on the first archive hit, not at start-up
     # (a program that imports nothing archived does not pay for it).
-    global _search_find_spec, _search_mod
+    global _search_find_spec
     from . import _search
     _search_find_spec = _search.find_spec
-    _search_mod = _search
     return _search.find_spec(*args)
 
 
 _search_find_spec = _first_search
-_search_mod = None      # pycds._search, once imported
+
+
+def _pyc_rules():
+    # pycds._pyc, imported where a check is made in Python (a hit the
+    # native verdict did not take), not on a replayed hit's path.
+    global _pyc
+    from . import _pyc as rules
+    _pyc = rules
+    return rules
+
+
+_pyc = None
 
 
 def _cached(spec, entry):
@@ -526,7 +545,10 @@ class CDSFinder:
             verdict = False
             if fast is None:
                 facts = False
-            elif archive.check == "mtime" and _search_mod is not None:
+            elif archive.check == "mtime" and search_replayable() \
+                    and _path_finder_next(self):
+                # (It runs path hooks as PathFinder would: only where
+                # PathFinder is the finder plain import asks next.)
                 facts = fast.hit(fullname, path)
                 if facts:
                     verdict = facts.pop()
@@ -534,10 +556,12 @@ class CDSFinder:
                 facts = fast.find(fullname)
             if facts is False:
                 entry, facts = archive.index.lookup(fullname), None
-            elif facts is not None:
-                entry = _archive.ModuleEntry(*facts[0])
-            else:
+            elif facts is None:
                 entry = None
+            elif verdict and not loader_patched():
+                entry = None    # (served from the entry's tuple, below)
+            else:
+                entry, verdict = _archive.ModuleEntry(*facts[0]), False
         except Exception as e:
             if program_raised(e):
                 raise
@@ -546,8 +570,7 @@ class CDSFinder:
             else:
                 archive.disable(f"index unreadable ({e})", damaged=True)
             return None
-        if verdict and _path_finder_next(self) and _search_mod._pristine() \
-                and _search_mod._REPLAY and not _pyc.loader_patched():
+        if verdict:
             # The native verdict: the search replays and the files are the
             # dumped ones (native/archive/loader/find.c); the spec built as
             # pycds._search builds it, with the .pyc path as ModuleSpec
@@ -559,7 +582,7 @@ class CDSFinder:
                 fullname, origin, loader=loader,
                 submodule_search_locations=None if pkg_dir is None else [pkg_dir])
             spec._cached = e[8]
-            _search_mod.replayed += 1
+            _counters["searches_replayed"] += 1
             ArchivedCode.install(loader, _ChunkRef(fullname, e[0], e[14], e[5], e[6]), archive)
             return spec
         if entry is None:
@@ -582,6 +605,14 @@ class CDSFinder:
                 _say(f"plain {fullname}: imported by the interpreter before the "
                      "native module was loaded", 1)
             return None
+        if archive.fast is None and archive.open_native() is not None \
+                and archive.fast is not None:
+            # The first hit loads the native module (not the opening: a
+            # program none of whose imports the archive holds never loads
+            # it), and is judged by it, as every later one.
+            return self.find_spec(fullname, path, target)
+        if archive.disabled:
+            return None     # (the native module unusable: said)
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
         spec = _search_find_spec(fullname, path, target, entry.origin, entry.search,
@@ -592,7 +623,7 @@ class CDSFinder:
         if type(spec.loader) is not SourceFileLoader:
             _fallback(fullname, "plain import uses another loader")
             return spec
-        if _pyc.loader_patched():
+        if loader_patched():
             # Its replacement runs as with plain import, without a frame of
             # pycds around it (in a traceback of what it raises, say).
             _fallback(fullname, "SourceFileLoader is patched")
@@ -611,7 +642,7 @@ class CDSFinder:
         # (PYCDSCHECK=unchecked trusts the dumped files, not others.)
         check = "mtime" if moved and archive.check == "unchecked" else archive.check
         cached = spec.cached if moved else _cached(spec, entry)
-        reason, st = _pyc.check(entry, check, cached, facts and facts[3:])
+        reason, st = (_pyc or _pyc_rules()).check(entry, check, cached, facts and facts[3:])
         if reason is not None:
             _stale_fallback(fullname, f"resolves to another file ({reason} there)"
                             if moved else reason)
@@ -696,12 +727,7 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
         # the finder is on sys.meta_path, that import is a plain one, not
         # one nested in the import of an archived module (encodings.ascii
         # itself, whose module would be empty, or run twice).
-        try:
-            finder.archive._open_native()
-        except Exception as e:
-            if program_raised(e):
-                raise
-            # (load_code says why, opening it again)
+        finder.archive.open_native()
     _count_started_plain(finder.archive, started_plain)
     meta_path = sys.meta_path
     try:

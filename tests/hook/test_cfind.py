@@ -6,6 +6,7 @@ pycds._search.find_spec whichever side took the facts."""
 import _imp
 import os
 import sys
+import time
 from _frozen_importlib_external import MAGIC_NUMBER
 
 import pytest
@@ -321,7 +322,8 @@ class TestNativeVerdict:
             assert verdict is True
 
     @pytest.mark.parametrize("change", ["none", "cwd entry", "pycache prefix",
-                                        "finder of another directory", "no finder first"])
+                                        "finder of another directory", "no finder first",
+                                        "not cached", "a path hook raising"])
     def test_what_the_program_changed(self, tmp_path, change, monkeypatch):
         from importlib.util import cache_from_source
         from importlib.machinery import FileFinder
@@ -355,12 +357,27 @@ class TestNativeVerdict:
                         str(d0), *_search._get_supported_file_loaders())
                 elif change == "no finder first":
                     sys.path_importer_cache[str(d0)] = None
+                elif change in ("not cached", "a path hook raising"):
+                    del sys.path_importer_cache[first or str(d0)]
+                if change == "a path hook raising":
+                    def hook(entry):
+                        raise RuntimeError("the program's hook")
+                    sys.path_hooks.insert(0, hook)
                 got = _nativeapi.IndexFinder(index, index.descriptor()).hit("m", None)
+                cached = sys.path_importer_cache.get(first or str(d0), "absent")
         finally:
             index.close()
         # A path importer cache entry of None before the last step is
-        # skipped, as PathFinder skips it.
-        assert got[5] is (change in ("none", "cwd entry", "no finder first")), change
+        # skipped, as PathFinder skips it.  One not cached yet gets its path
+        # hooks run, as PathFinder runs them (a FileFinder here); what a hook
+        # raises leaves no verdict and no exception (the Python side repeats
+        # the search, and PathFinder raises it).
+        assert got[5] is (change in ("none", "cwd entry", "no finder first",
+                                     "not cached")), change
+        if change == "not cached":
+            assert type(cached) is FileFinder and cached.path == str(d0)
+        elif change == "a path hook raising":
+            assert cached == "absent"
 
     def test_a_property_that_empties_sys_path_does_not_crash(self, tmp_path):
         # The attribute lookups of the verdict may run the program's code.
@@ -416,6 +433,56 @@ def test_share_serves_through_the_native_hit_path(tmp_path):
     assert r.rc == 0 and r.out == "True 22\n", r
     assert "late" not in r.served(), r
     assert "[pycds] fallback late: source changed" in r.fallbacks(), r
+
+
+def test_a_replayed_program_needs_no_python_rules(tmp_path):
+    # Every hit of a program whose directories are as the dump recorded
+    # them takes the native verdict, the first one included (before that
+    # one the native module is not loaded, and its script's directory not
+    # in sys.path_importer_cache): pycds._search and pycds._pyc, where the
+    # rules are applied in Python, are not imported.  The directories are
+    # older than the two seconds a racy stamp would be (pycds._search).
+    app, arc = tmp_path / "app", tmp_path / "arc"
+    app.mkdir()
+    arc.mkdir()
+    (app / "appmod.py").write_text("import json\nX = 1\n")
+    (app / "prog.py").write_text(
+        "import appmod, sys, pycds\n"
+        "print(appmod.X, sorted(m for m in sys.modules if m in "
+        "('pycds._search', 'pycds._pyc')), pycds.stats()['searches_replayed'])\n")
+    img = str(arc / "a.img")
+    plain = run_python(["prog.py"], cwd=app)      # (writes app/__pycache__)
+    time.sleep(2.1)
+    assert run_python(["prog.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+    r = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.out.split()[:2] == ["1", "[]"], (plain, r)
+    assert plain.out.split()[:2] == ["1", "[]"], plain
+    served = r.served()
+    assert "appmod" in served and "json.decoder" in served, r
+    assert int(r.out.split()[2]) == len(served), r
+
+
+def test_a_search_method_replaced_before_the_first_import_is_called(tmp_path):
+    # The stock methods are those pycds started with: one the program
+    # replaced before its first import is not taken for the stock one, and
+    # plain import's calls of it are made.
+    prog = ("from _frozen_importlib_external import PathFinder\n"
+            "calls = []\n"
+            "real = PathFinder.find_spec\n"
+            "def find_spec(name, path=None, target=None):\n"
+            "    calls.append(name)\n"
+            "    return real(name, path, target)\n"
+            "PathFinder.find_spec = staticmethod(find_spec)\n"
+            "import json\n"
+            "print(sorted(n for n in calls if n.startswith('json')))\n")
+    img = str(tmp_path / "a.img")
+    plain = run_python(["-c", prog], cwd=tmp_path)
+    assert run_python(["-c", "import json"], cwd=tmp_path, PYCDSMODE="DUMP",
+                      PYCDSARCHIVE=img).rc == 0
+    r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+    assert plain.rc == 0 and "json.decoder" in plain.out, plain
+    assert (r.rc, r.out) == (plain.rc, plain.out), (plain, r)
 
 
 def test_what_the_program_raises_after_the_native_stats_propagates(tmp_path):

@@ -38,9 +38,9 @@ class TestPth:
         # imports the package (with the .pth entry point and its stand-in
         # finder) and its settings; the program's first import opens the
         # archive (the archive reader with its trust checks and exceptions,
-        # plain import's .pyc rules, the finder); pycds._log only when there
-        # is a line to print, the native module and the search replay on the
-        # first archive hit.
+        # the finder); pycds._log only when there is a line to print, the
+        # native module on the first archive hit, the search replay and the
+        # .pyc rules in Python only for a hit the native verdict did not take.
         img = str(tmp_path / "a.img")
         (tmp_path / "m.py").write_text("X = 1\n")
         run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
@@ -51,7 +51,7 @@ class TestPth:
         (tmp_path / "probe.py").write_text("import json\n" + probe)
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.out.strip() == str(["pycds", "pycds._archive", "pycds._config",
-                                     "pycds._pyc", "pycds._trust", "pycds.errors",
+                                     "pycds._trust", "pycds.errors",
                                      "pycds.finder"]) and r.err == "", r
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE="2")

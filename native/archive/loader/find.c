@@ -485,6 +485,8 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *loaders = PyTuple_GET_ITEM(ctx, 1);
     PyObject *loaders_attr = PyTuple_GET_ITEM(ctx, 3);
     PyObject *path_attr = PyTuple_GET_ITEM(ctx, 4);
+    PyObject *path_finder = PyTuple_GET_ITEM(ctx, 5);
+    PyObject *hooks_attr = PyTuple_GET_ITEM(ctx, 6);
     PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
     PyObject *steps, *cache;
     int ok = 0;
@@ -524,13 +526,28 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         }
         finder = PyDict_GetItemWithError(cache, key);     /* borrowed */
         Py_DECREF(key);
-        if (finder == NULL) {
-            goto done;         /* not cached: PathFinder would run path hooks */
+        if (finder != NULL) {
+            Py_INCREF(finder);
+        } else if (PyErr_Occurred()) {
+            goto done;
+        } else {
+            /* Not cached: PathFinder runs the path hooks for it here, in
+             * the search's order (every earlier step was found unchanged),
+             * and so does this, through its own method (the caller checked
+             * that it is the stock one).  What a hook raises is cleared:
+             * the Python side repeats the search, and plain import's
+             * answer, raising included. */
+            Py_INCREF(now);        /* (a hook may take it off sys.path) */
+            finder = PyObject_CallMethodOneArg(path_finder, hooks_attr, now);
+            Py_DECREF(now);
+            if (finder == NULL) {
+                goto done;
+            }
         }
         if (finder == Py_None && i < nsteps - 1) {
+            Py_DECREF(finder);
             continue;          /* PathFinder skips it too */
         }
-        Py_INCREF(finder);
         same = (PyObject *)Py_TYPE(finder) == file_finder
                && stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
                && attr_equals(finder, path_attr, PyTuple_GET_ITEM(step, 1)) == 1
@@ -604,8 +621,8 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
  * (cached_is_recorded()), a timestamp .pyc of the recorded mtime and size,
  * and the source has the recorded mtime and size: pycds._pyc.check's answer
  * "unchanged" under PYCDSCHECK=mtime without reading a file.  ctx:
- * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path"), the
- * names interned.  0 otherwise: the Python side judges the facts. */
+ * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path",
+ * PathFinder, "_path_importer_cache"), the names interned.  0 otherwise: the Python side judges the facts. */
 static int
 verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         PyObject *path, PyObject *ctx)
@@ -613,7 +630,7 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
     int eq;
 
-    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 5) {
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 7) {
         return 0;
     }
     eq = PyObject_RichCompareBool(kind, PyTuple_GET_ITEM(ctx, 2), Py_EQ);
