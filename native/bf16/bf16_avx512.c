@@ -208,7 +208,7 @@ avx512_kern(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
 }
 
 const bf16k_kernel_desc bf16k_avx512_desc = {
-    "avx512bf16", MR, NR, KU, 1, avx512_kern, NULL
+    "avx512bf16", MR, NR, KU, 1, avx512_kern, NULL, NULL
 };
 
 #else

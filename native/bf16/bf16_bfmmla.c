@@ -81,7 +81,7 @@ bfmmla_kern(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
 }
 
 const bf16k_kernel_desc bf16k_bfmmla_desc = {
-    "bfmmla", MR, NR, KU, 0, bfmmla_kern, NULL
+    "bfmmla", MR, NR, KU, 0, bfmmla_kern, NULL, NULL
 };
 
 #else

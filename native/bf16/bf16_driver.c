@@ -40,7 +40,7 @@
 #endif
 
 #define KC 256              /* k values per K block (multiple of 4) */
-#define KC_F32 256          /* ... for the fp32 kernels (multiple of 8) */
+#define KC_F32 512          /* ... for the fp32 kernels (multiple of 8) */
 #define BUF_ALIGN 64        /* packing buffers: cache-line aligned */
 #define MC_TILES 20         /* MR tiles per A block */
 /* Work chunks per thread, for dynamic balance.  Panel chunks each re-read
@@ -670,6 +670,12 @@ widen_panel(const uint16_t *src, int64_t kc, int nr, int64_t kc8, float *dst)
     const int64_t n = kc * nr;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
+#if defined(__SSE2__)
+        if (i % 32 == 0) {
+            /* 2 KiB ahead (a prefetch never faults: an integer address) */
+            _mm_prefetch((const char *)((uintptr_t)(src + i) + 2048), _MM_HINT_T0);
+        }
+#endif
         widen8(src + i, dst + i);
     }
     for (; i < n; i++) {
@@ -1007,13 +1013,14 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     const int mr = d->mr, nr = d->nr, ku = d->ku;
     const int64_t kunits = ceil_div(g->k, ku);
     const int64_t mc_max = (int64_t)MC_TILES * mr;
-    /* fp32 kernels: A and each B micro-panel widened (see the top). */
+    /* fp32 kernels: A and each B micro-panel widened (see the top); for
+     * few rows, B read as BF16 by kern_f32_few. */
     const int f32 = d->kern_f32 != NULL;
     /* Few rows (inference batches): B is streamed once from memory, so read
      * each panel front to back in one pass instead of in KC blocks (the
-     * fp32 kernels keep KC blocks: their widened panel must stay in L1). */
-    int64_t kcu_max = f32 ? KC_F32 / ku
-                          : (m1 - m0 <= 2 * mr ? kunits : KC / ku);
+     * fp32 kernels widen it KC_F32 k values at a time, below). */
+    const int few = m1 - m0 <= 2 * mr;
+    int64_t kcu_max = few ? kunits : (f32 ? KC_F32 : KC) / ku;
     /* Equal K blocks (no short tail block, which would pay a full C
      * read-modify-write for little work). */
     kcu_max = ceil_div(kunits, ceil_div(kunits, kcu_max));
@@ -1027,9 +1034,11 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     const int reusable = kcu_max == kunits && m1 - m0 <= mc_max;
 
     /* fp32 kernels: the widened A block (arows x kc8max floats), then, at
-     * a cache-line boundary, the widened B micro-panel (kc8max x nr). */
+     * a cache-line boundary, the widened B micro-panel (at most KC_F32 x
+     * nr). */
     const int64_t kc8max = ceil_div(kcu_max, BF16K_F32_GROUP)
         * BF16K_F32_GROUP;
+    const int64_t bsub = kc8max < KC_F32 ? kc8max : KC_F32;
     int64_t boff = 0;
     if (!direct) {
         int64_t arows = m1 - m0 < mc_max ? ceil_div(m1 - m0, mr) * mr
@@ -1038,7 +1047,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
         if (f32) {
             boff = ceil_div(arows * kc8max, BUF_ALIGN / sizeof(float))
                 * (int64_t)(BUF_ALIGN / sizeof(float));
-            need = (size_t)(boff + kc8max * nr) * 2;   /* floats as uint16 */
+            need = (size_t)(boff + bsub * nr) * 2;   /* floats as uint16 */
         }
         int rc = apack_reserve(ap, need);
         if (rc != BF16K_OK) {
@@ -1092,15 +1101,33 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                 const uint16_t *bpan = g->bp + (jp * kunits + pc) * nr * ku;
                 int64_t col = jp * nr;
                 int ncols = (int)(g->n - col < nr ? g->n - col : nr);
-                if (f32) {
+                if (f32 && few) {
                     const float *afl = (const float *)(const void *)ap->buf;
-                    float *bfl = (float *)(void *)ap->buf + boff;
-                    widen_panel(bpan, kcu, nr, kc8, bfl);
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         int rows = (int)(mc - ir < mr ? mc - ir : mr);
-                        d->kern_f32(kc8, afl + (ir / mr) * kc8 * mr, bfl,
-                                    cbase + (ic + ir) * ldc + col, ldc, rows,
-                                    ncols, g->alpha, beta);
+                        d->kern_f32_few(kcu, afl + (ir / mr) * kc8 * mr, bpan,
+                                        cbase + (ic + ir) * ldc + col, ldc,
+                                        rows, ncols, g->alpha, beta);
+                    }
+                } else if (f32) {
+                    /* The panel's KC_F32-value pieces, each widened and then
+                     * used by every MR tile (a multiple of 8 k values: A's
+                     * groups stay whole). */
+                    const float *afl = (const float *)(const void *)ap->buf;
+                    float *bfl = (float *)(void *)ap->buf + boff;
+                    for (int64_t s0 = 0; s0 < kcu; s0 += KC_F32) {
+                        const int64_t sl = kcu - s0 < KC_F32 ? kcu - s0
+                                                             : KC_F32;
+                        const int64_t sl8 = ceil_div(sl, BF16K_F32_GROUP)
+                            * BF16K_F32_GROUP;
+                        widen_panel(bpan + s0 * nr, sl, nr, sl8, bfl);
+                        for (int64_t ir = 0; ir < mc; ir += mr) {
+                            int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                            d->kern_f32(sl8, afl + ((ir / mr) * kc8 + s0) * mr,
+                                        bfl, cbase + (ic + ir) * ldc + col,
+                                        ldc, rows, ncols, g->alpha,
+                                        s0 == 0 ? beta : 1.0f);
+                        }
                     }
                 } else {
                     for (int64_t ir = 0; ir < mc; ir += mr) {
@@ -1164,6 +1191,50 @@ apack_free(apack_t *ap)
 {
     free(ap->buf);
     free(ap->cbuf);
+}
+
+/* The calling thread's packing buffers, kept between calls as a pool
+ * worker keeps its own (made anew per call, blocks this large came from
+ * mmap and cost page faults on every call), and freed when the thread
+ * exits. */
+static pthread_key_t caller_key;
+static int caller_key_ok;
+static pthread_once_t caller_once = PTHREAD_ONCE_INIT;
+
+static void
+caller_free(void *p)
+{
+    apack_free(p);
+    free(p);
+}
+
+static void
+caller_init(void)
+{
+    caller_key_ok = pthread_key_create(&caller_key, caller_free) == 0;
+}
+
+/* Run g's chunks on this thread, with its kept buffers (or, if they cannot
+ * be set up, fresh ones). */
+static void
+work_here(gemm_t *g)
+{
+    pthread_once(&caller_once, caller_init);
+    apack_t *kept = caller_key_ok ? pthread_getspecific(caller_key) : NULL;
+    if (kept == NULL && caller_key_ok) {
+        kept = calloc(1, sizeof(*kept));
+        if (kept != NULL && pthread_setspecific(caller_key, kept) != 0) {
+            free(kept);
+            kept = NULL;
+        }
+    }
+    if (kept != NULL) {
+        work_on(g, kept);
+        return;
+    }
+    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+    work_on(g, &ap);
+    apack_free(&ap);
 }
 
 /* Thread entry of a one-off worker (when the pool is taken). */
@@ -1266,7 +1337,6 @@ pool_init(void)
 static int
 run_threads(gemm_t *g, int nt)
 {
-    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
     pthread_once(&pool_once, pool_init);
     int pooled = 0;
     if (pool_ok) {
@@ -1297,7 +1367,7 @@ run_threads(gemm_t *g, int nt)
         pthread_mutex_unlock(&pool.mu);
     }
     if (pooled) {
-        work_on(g, &ap);
+        work_here(g);
         pthread_mutex_lock(&pool.mu);
         while (pool.busy > 0) {
             pthread_cond_wait(&pool.done, &pool.mu);
@@ -1305,7 +1375,6 @@ run_threads(gemm_t *g, int nt)
         pool.job = NULL;
         pool.in_use = 0;
         pthread_mutex_unlock(&pool.mu);
-        apack_free(&ap);
         return atomic_load(&g->rc);
     }
     pthread_t tids[BF16K_MAX_THREADS];
@@ -1318,11 +1387,10 @@ run_threads(gemm_t *g, int nt)
         }
         started = t;
     }
-    work_on(g, &ap);
+    work_here(g);
     for (int t = 1; t <= started; t++) {
         pthread_join(tids[t], NULL);
     }
-    apack_free(&ap);
     return atomic_load(&g->rc);
 }
 
@@ -1462,9 +1530,7 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
     atomic_init(&g.rc, BF16K_OK);
 
     if (nt <= 1) {
-        apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
-        work_on(&g, &ap);
-        apack_free(&ap);
+        work_here(&g);
         return atomic_load(&g.rc);
     }
     return run_threads(&g, nt);
@@ -1539,9 +1605,7 @@ run_tasks(int64_t ntasks, task_fn task, const void *ctx, double flops)
     atomic_init(&g.next, 0);
     atomic_init(&g.rc, BF16K_OK);
     if (nt <= 1) {
-        apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
-        work_on(&g, &ap);
-        apack_free(&ap);
+        work_here(&g);
         return atomic_load(&g.rc);
     }
     return run_threads(&g, nt);

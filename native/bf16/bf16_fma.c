@@ -50,6 +50,12 @@
     {                                                                         \
         VEC acc0[MRX], acc1[MRX];                                             \
         int i;                                                                \
+        /* C's rows are far apart and leave the cache between K blocks:     \
+         * fetch them now, so the stores at the end do not wait. */         \
+        for (i = 0; i < rows; i++) {                                          \
+            _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);           \
+            _mm_prefetch((const char *)(c + i * ldc + nr - 1), _MM_HINT_T0);  \
+        }                                                                     \
         for (i = 0; i < mr; i++) {                                            \
             acc0[i] = ZERO();                                                 \
             acc1[i] = ZERO();                                                 \
@@ -57,7 +63,7 @@
         for (int64_t pg = 0; pg < kc; pg += G) {                              \
             const float *ag = a + pg * MRX;     /* [MRX][G] */                \
             const float *bg = b + pg * NRX;     /* [G][NRX] */                \
-            _Pragma("GCC unroll 8")                                           \
+            _Pragma("GCC unroll 2")                                           \
             for (int q = 0; q < G; q++) {                                     \
                 const VEC b0 = LOADU(bg + q * NRX);                           \
                 const VEC b1 = LOADU(bg + q * NRX + LANES);                   \
@@ -92,11 +98,104 @@
         case 4:                                                               \
             PFX##_tile(kc, a, b, c, ldc, 4, 4, nr, alpha, beta);              \
             break;                                                            \
+        case MRX:                                                             \
+            PFX##_tile(kc, a, b, c, ldc, MRX, MRX, nr, alpha, beta);          \
+            break;                                                            \
         default:                                                              \
             PFX##_tile(kc, a, b, c, ldc, MRX, mr, nr, alpha, beta);           \
             break;                                                            \
         }                                                                     \
     }
+
+/* PFX##_few_kern, for inference batches (few rows): B is read once from
+ * memory, as BF16, and widened in registers (no widened copy: a second
+ * pass over it cost as much as the arithmetic), FEWX rows at a time.  The
+ * k values of each call are split into two halves with separate
+ * accumulators: two independent read streams (more misses in flight) and
+ * twice the FMA chains (one or two rows have too few to hide the FMA
+ * latency).  a: as for PFX##_kern ([kc8 / G][MRX][G], tile-padded); b: the
+ * BF16 panel [kc][NRX]; kc need not be a multiple of G. */
+#define FMA_FEW_KERNEL(PFX, TARGET, VEC, MRX, NRX, LANES, FEWX, ZERO, SET1,   \
+                       FMADD, ADD, WIDEN, STORE)                              \
+    TARGET __attribute__((always_inline)) static inline void                  \
+    PFX##_few_tile(int64_t kc, const float *a, const uint16_t *b, float *c,   \
+                   int64_t ldc, const int mr, int nr, float alpha,            \
+                   float beta)                                                \
+    {                                                                         \
+        VEC e0[FEWX], e1[FEWX], o0[FEWX], o1[FEWX];                           \
+        const int64_t half = kc / (2 * G) * G;                                \
+        int i;                                                                \
+        for (i = 0; i < mr; i++) {                                            \
+            e0[i] = e1[i] = o0[i] = o1[i] = ZERO();                           \
+        }                                                                     \
+        for (int64_t p = 0; p < kc - half; p++) {                             \
+            /* p < half: both halves; then the tail (kc odd groups) */        \
+            const int64_t p2 = p + half;                                      \
+            const float *ao = a + p2 / G * (MRX * G) + p2 % G;                \
+            const uint16_t *bo = b + p2 * NRX;                                \
+            _mm_prefetch((const char *)((uintptr_t)bo + FEW_PF_BYTES),        \
+                         _MM_HINT_T0);                                        \
+            const VEC b2 = WIDEN(bo), b3 = WIDEN(bo + LANES);                 \
+            if (p < half) {                                                   \
+                const float *ae = a + p / G * (MRX * G) + p % G;              \
+                const uint16_t *be = b + p * NRX;                             \
+                _mm_prefetch((const char *)((uintptr_t)be + FEW_PF_BYTES),    \
+                             _MM_HINT_T0);                                    \
+                const VEC b0 = WIDEN(be), b1 = WIDEN(be + LANES);             \
+                for (i = 0; i < mr; i++) {                                    \
+                    const VEC av = SET1(ae[i * G]);                           \
+                    e0[i] = FMADD(av, b0, e0[i]);                             \
+                    e1[i] = FMADD(av, b1, e1[i]);                             \
+                }                                                             \
+            }                                                                 \
+            for (i = 0; i < mr; i++) {                                        \
+                const VEC av = SET1(ao[i * G]);                               \
+                o0[i] = FMADD(av, b2, o0[i]);                                 \
+                o1[i] = FMADD(av, b3, o1[i]);                                 \
+            }                                                                 \
+        }                                                                     \
+        for (i = 0; i < mr; i++) {                                            \
+            STORE(c + i * ldc, ADD(e0[i], o0[i]), nr, alpha, beta);           \
+            STORE(c + i * ldc + LANES, ADD(e1[i], o1[i]), nr - LANES, alpha,  \
+                  beta);                                                      \
+        }                                                                     \
+    }                                                                         \
+                                                                              \
+    /* mr <= MRX rows of one tile, FEWX at a time */                          \
+    TARGET static void                                                        \
+    PFX##_few_kern(int64_t kc, const float *a, const uint16_t *b, float *c,   \
+                   int64_t ldc, int mr, int nr, float alpha, float beta)      \
+    {                                                                         \
+        for (int r = 0; r < mr; r += FEWX) {                                  \
+            const float *ar = a + r * G;                                      \
+            float *cr = c + r * ldc;                                          \
+            switch (mr - r) {                                                 \
+            case 1:                                                           \
+                PFX##_few_tile(kc, ar, b, cr, ldc, 1, nr, alpha, beta);       \
+                break;                                                        \
+            FEW_CASES_##FEWX(PFX, kc, ar, b, cr, ldc, nr, alpha, beta)        \
+            }                                                                 \
+        }                                                                     \
+    }
+
+/* The cases 2..FEWX of PFX##_few_kern's switch (FEWX or more rows left:
+ * FEWX). */
+#define FEW_CASES_2(PFX, kc, ar, b, cr, ldc, nr, alpha, beta)                 \
+    default:                                                                  \
+        PFX##_few_tile(kc, ar, b, cr, ldc, 2, nr, alpha, beta);               \
+        break;
+#define FEW_CASES_4(PFX, kc, ar, b, cr, ldc, nr, alpha, beta)                 \
+    case 2:                                                                   \
+        PFX##_few_tile(kc, ar, b, cr, ldc, 2, nr, alpha, beta);               \
+        break;                                                                \
+    case 3:                                                                   \
+        PFX##_few_tile(kc, ar, b, cr, ldc, 3, nr, alpha, beta);               \
+        break;                                                                \
+    default:                                                                  \
+        PFX##_few_tile(kc, ar, b, cr, ldc, 4, nr, alpha, beta);               \
+        break;
+
+#define FEW_PF_BYTES 4096   /* prefetch distance of the B streams */
 
 /* ---- AVX2 + FMA: 6 x 16 ------------------------------------------------ */
 
@@ -136,11 +235,19 @@ store_ymm(float *c, __m256 acc, int n, float alpha, float beta)
     }
 }
 
+/* 8 BF16 at p widened to fp32. */
+#define WIDEN_YMM(p)                                                          \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(              \
+        _mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+
 FMA_MICROKERNEL(avx2, AVX2_TARGET, __m256, MR2, NR2, 8, _mm256_setzero_ps,
                 _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, store_ymm)
+FMA_FEW_KERNEL(avx2, AVX2_TARGET, __m256, MR2, NR2, 8, 2, _mm256_setzero_ps,
+               _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, WIDEN_YMM,
+               store_ymm)
 
 const bf16k_kernel_desc bf16k_avx2fma_desc = {
-    "avx2fma", MR2, NR2, 1, 0, NULL, avx2_kern
+    "avx2fma", MR2, NR2, 1, 0, NULL, avx2_kern, avx2_few_kern
 };
 
 /* ---- AVX-512F: 12 x 32 ------------------------------------------------- */
@@ -170,12 +277,20 @@ store_zmm(float *c, __m512 acc, int n, float alpha, float beta)
     _mm512_mask_storeu_ps(c, m, r);
 }
 
+/* 16 BF16 at p widened to fp32. */
+#define WIDEN_ZMM(p)                                                          \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(              \
+        _mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+
 FMA_MICROKERNEL(avx512, AVX512F_TARGET, __m512, MR5, NR5, 16,
                 _mm512_setzero_ps, _mm512_loadu_ps, _mm512_set1_ps,
                 _mm512_fmadd_ps, store_zmm)
+FMA_FEW_KERNEL(avx512, AVX512F_TARGET, __m512, MR5, NR5, 16, 4,
+               _mm512_setzero_ps, _mm512_set1_ps, _mm512_fmadd_ps,
+               _mm512_add_ps, WIDEN_ZMM, store_zmm)
 
 const bf16k_kernel_desc bf16k_avx512fma_desc = {
-    "avx512fma", MR5, NR5, 1, 0, NULL, avx512_kern
+    "avx512fma", MR5, NR5, 1, 0, NULL, avx512_kern, avx512_few_kern
 };
 
 #else

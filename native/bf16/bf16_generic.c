@@ -59,5 +59,5 @@ generic_kern(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
 }
 
 const bf16k_kernel_desc bf16k_generic_desc = {
-    "generic", MR, NR, KU, 1, generic_kern, NULL
+    "generic", MR, NR, KU, 1, generic_kern, NULL, NULL
 };

@@ -82,6 +82,15 @@ typedef void (*bf16k_microkernel_f32)(int64_t kc, const float *a,
                                       int mr, int nr, float alpha,
                                       float beta);
 
+/* kern_f32_few(kc, a, b, c, ldc, mr, nr, alpha, beta): as kern_f32, for
+ * few rows (inference batches), with B the BF16 panel [kc][NR] itself
+ * (widened in registers: it is read once) and any kc; a as for kern_f32
+ * (kc rounded up to GROUP). */
+typedef void (*bf16k_microkernel_f32_few)(int64_t kc, const float *a,
+                                          const uint16_t *b, float *c,
+                                          int64_t ldc, int mr, int nr,
+                                          float alpha, float beta);
+
 typedef struct {
     const char *name;   /* "avx512bf16", "avx512fma", "avx2fma", "bfmmla" */
     int mr;             /* rows per micro-tile */
@@ -90,6 +99,7 @@ typedef struct {
     int direct_a;       /* 1: may read row-major A without packing */
     bf16k_microkernel kern;          /* BF16 operands, or NULL */
     bf16k_microkernel_f32 kern_f32;  /* fp32 operands, or NULL */
+    bf16k_microkernel_f32_few kern_f32_few;  /* with kern_f32 */
 } bf16k_kernel_desc;
 
 /* Kernel descriptors (bf16_generic.c is portable C, for testing the driver
