@@ -144,6 +144,13 @@ tile(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
     __m512 acc1[MR];
     int i;
 
+    /* C's rows are far apart and leave the cache between K blocks: fetch
+     * them now, so that the stores at the end do not wait. */
+    for (i = 0; i < mr; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + nr / 2), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + nr - 1), _MM_HINT_T0);
+    }
     for (i = 0; i < mr; i++) {
         acc0[i] = _mm512_setzero_ps();
         acc1[i] = _mm512_setzero_ps();

@@ -54,6 +54,7 @@
          * fetch them now, so the stores at the end do not wait. */         \
         for (i = 0; i < rows; i++) {                                          \
             _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);           \
+            _mm_prefetch((const char *)(c + i * ldc + nr / 2), _MM_HINT_T0);  \
             _mm_prefetch((const char *)(c + i * ldc + nr - 1), _MM_HINT_T0);  \
         }                                                                     \
         for (i = 0; i < mr; i++) {                                            \
