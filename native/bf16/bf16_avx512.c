@@ -151,6 +151,10 @@ tile(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
         _mm_prefetch((const char *)(c + i * ldc + nr / 2), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + i * ldc + nr - 1), _MM_HINT_T0);
     }
+    /* Every loop over the rows is unrolled, so that the accumulators stay
+     * in registers (a rolled loop indexes them: the arrays go to the stack,
+     * zeroed with rep stos and re-read by the stores). */
+#pragma GCC unroll 12
     for (i = 0; i < mr; i++) {
         acc0[i] = _mm512_setzero_ps();
         acc1[i] = _mm512_setzero_ps();
@@ -172,6 +176,7 @@ tile(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
     }
     __mmask16 m0 = lane_mask(nr);
     __mmask16 m1 = lane_mask(nr - 16);
+#pragma GCC unroll 12
     for (i = 0; i < mr; i++) {
         store_row(c + i * ldc, acc0[i], m0, alpha, beta);
         if (m1) {
