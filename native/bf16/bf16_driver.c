@@ -685,13 +685,14 @@ widen_panel(const uint16_t *src, int64_t kc, int nr, int64_t kc8, float *dst)
 }
 
 /* pack_a for the fp32 kernels: rows [i0, i0+mc) x k values [k0, k0+kc) of
- * op(A), widened to fp32, into [tile][kc8 / G][mr][G] (G =
- * BF16K_F32_GROUP consecutive k values of a row), zero-padded to whole
- * tiles and up to kc8 (a multiple of G). */
-static void
-pack_a_f32(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
-           int64_t cs, int64_t m_end, int64_t i0, int64_t mc, int64_t k0,
-           int64_t kc, int64_t kc8, float *dst)
+ * op(A), widened to fp32 by w8 (8 values at a time), into [tile][kc8 /
+ * G][mr][G] (G = BF16K_F32_GROUP consecutive k values of a row),
+ * zero-padded to whole tiles and up to kc8 (a multiple of G). */
+static inline __attribute__((always_inline)) void
+pack_a_f32_body(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
+                int64_t cs, int64_t m_end, int64_t i0, int64_t mc, int64_t k0,
+                int64_t kc, int64_t kc8, float *dst,
+                void (*w8)(const uint16_t *, float *))
 {
     enum { G = BF16K_F32_GROUP };
     const int mr = d->mr;
@@ -705,7 +706,7 @@ pack_a_f32(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
             for (int ii = 0; ii < mr; ii++) {
                 float *q = gd + ii * G;
                 if (ii < rows && cs == 1 && kn >= G) {
-                    widen8(a + (r0 + ii) * rs + k0 + pg, q);
+                    w8(a + (r0 + ii) * rs + k0 + pg, q);
                     continue;
                 }
                 for (int u = 0; u < G; u++) {
@@ -716,6 +717,48 @@ pack_a_f32(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
             }
         }
     }
+}
+
+#define PACK_A_F32_PARAMS                                                   \
+    const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs, int64_t cs,  \
+    int64_t m_end, int64_t i0, int64_t mc, int64_t k0, int64_t kc,          \
+    int64_t kc8, float *dst
+
+static void
+pack_a_f32_base(PACK_A_F32_PARAMS)
+{
+    pack_a_f32_body(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst, widen8);
+}
+
+#if defined(__x86_64__)
+/* With few B panels the packing of A is a good part of the product: with
+ * AVX2, 8 values are widened by one vpmovzxwd and one shift. */
+__attribute__((target("avx2"))) static inline void
+widen8_avx2(const uint16_t *src, float *dst)
+{
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)src);
+    _mm256_storeu_si256((__m256i *)(void *)dst,
+                        _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2"))) static void
+pack_a_f32_avx2(PACK_A_F32_PARAMS)
+{
+    pack_a_f32_body(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst,
+                    widen8_avx2);
+}
+#endif
+
+static void
+pack_a_f32(PACK_A_F32_PARAMS)
+{
+#if defined(__x86_64__)
+    if (have_avx2) {
+        pack_a_f32_avx2(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst);
+        return;
+    }
+#endif
+    pack_a_f32_base(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst);
 }
 
 /* ---- threaded driver --------------------------------------------------- */
