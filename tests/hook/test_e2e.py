@@ -1314,6 +1314,28 @@ class TestWideStrings:
         assert "consts" in verified.served(), verified
 
 
+class TestManyInternedStrings:
+    """A module whose load re-interns more strings than one growth of the
+    interned dict makes room for (3.13 reserves that room before interning,
+    pycds/native layout_312.h): served, in batches, as plain import runs it.
+    It used to spin for good in the reservation."""
+
+    def test_more_strings_than_one_resize_makes_room_for(self, tmp_path):
+        names = ", ".join(f'"name_{i}"' for i in range(60000))
+        (tmp_path / "many.py").write_text(f"NAMES = ({names},)\n")
+        (tmp_path / "app.py").write_text(
+            "import sys, many\n"
+            "print(len(many.NAMES), sum(sys.intern(n) is n for n in many.NAMES))\n")
+        installed(tmp_path / "many.py")
+        settle(tmp_path)
+        img = str(tmp_path / "app.img")
+        plain, dump, share = dump_and_share(["app.py"], tmp_path, img)
+        assert (plain.rc, plain.out) == (0, "60000 60000\n"), plain
+        assert (dump.rc, dump.out) == (plain.rc, plain.out), dump
+        assert (share.rc, share.out) == (plain.rc, plain.out), share
+        assert "many" in share.served() and not share.warnings(), share
+
+
 class TestFrozensetOrder:
     """A frozenset constant iterates as plain import's does: unmarshal adds
     its items in the order the .pyc holds them (3.11+: sorted by their own

@@ -533,9 +533,9 @@ pycds_layout_use_singleton(PyObject **slot)
 
 #ifndef PYCDS_LAYOUT_HAS_INTERN_RESERVE
 int
-pycds_layout_intern_reserve(uint64_t n)
+pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
 {
-    (void)n;
+    *room = n;
     return PYCDS_OK;
 }
 #endif

@@ -151,8 +151,9 @@ int pycds_layout_str_interned(PyObject *op);
 int pycds_layout_intern(PyObject **slot);
 /* Before a load re-interns n strs: room for them in the interpreter's
  * interned dict, made where a failure leaves it intact (3.13; layout.c's
- * default does nothing).  GIL held. */
-int pycds_layout_intern_reserve(uint64_t n);
+ * default does nothing).  *room: how many of them it has room for now
+ * (n, or fewer but at least one: reserve again after those).  GIL held. */
+int pycds_layout_intern_reserve(uint64_t n, uint64_t *room);
 /* Store in str op's hash cache what unicode_hash() would compute; op was
  * checked to fit in its chunk.  Pure: callable without the GIL. */
 void pycds_layout_str_prehash(PyObject *op);

@@ -367,7 +367,8 @@ intern_numbered(pycds_archive *a, uint32_t n, PyObject **slot)
 static int
 fixup_objects(pycds_archive *a, const pycds_place *p, const pycds_fixups *f)
 {
-    int rc = pycds_layout_intern_reserve(f->nintern);
+    int rc = PYCDS_OK;
+    uint64_t left = f->nintern, room = 0;
     /* Strings and shared instances first: a frozenset must be built from
      * the very objects a fresh unmarshal would give it. */
     for (uint64_t i = 0; rc == PYCDS_OK && i < f->nstr; i++) {
@@ -375,10 +376,17 @@ fixup_objects(pycds_archive *a, const pycds_place *p, const pycds_fixups *f)
         PyObject **slot = (PyObject **)pycds_place_at(p, e & ~(uint32_t)7u);
         if ((e & 7u) == PYCDS_RELOC_SINGLETON) {
             rc = pycds_layout_use_singleton(slot);
+            continue;
         }
-        else {
-            rc = intern_numbered(a, f->num[i], slot);
+        if (room == 0) {
+            rc = pycds_layout_intern_reserve(left > 0 ? left : 1, &room);
+            if (rc) {
+                break;
+            }
         }
+        rc = intern_numbered(a, f->num[i], slot);
+        room--;
+        left--;
     }
     /* One frozenset per item tuple: the compiler shares an equal constant
      * between code objects, and marshal gives every reference to it the

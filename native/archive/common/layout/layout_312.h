@@ -506,12 +506,18 @@ pycds_layout_intern(PyObject **slot)
  * import's unmarshal).  Before a load interns n strings, the interned dict
  * is given room for them through PyDict_SetItem, whose failure leaves the
  * dict intact: the load then fails cleanly (the module is imported
- * plainly) and no intern of the load grows the table. */
+ * plainly) and no intern of the load grows the table.
+ *
+ * The room one resize gives is what is left of three times the dict's
+ * entries (GROWTH_RATE), not any number: when n is more, *room says how
+ * many the dict takes now without growing (at least one), and the caller
+ * reserves again after that many. */
 int
-pycds_layout_intern_reserve(uint64_t n)
+pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
     PyObject *interned = _Py_INTERP_CACHED_OBJECT(interp, interned_strings);
+    *room = n;
     if (interned == NULL || !PyDict_CheckExact(interned)
         || ((PyDictObject *)interned)->ma_keys->dk_usable > (Py_ssize_t)n) {
         return PYCDS_OK;
@@ -525,20 +531,31 @@ pycds_layout_intern_reserve(uint64_t n)
     }
     int rc = PYCDS_OK;
     int had = PyDict_Contains(interned, tmp);
-    /* Each insert takes one free entry until the table grows. */
-    while (rc == PYCDS_OK && had == 0
+    int resized = 0;
+    /* Each insert takes one free entry until the table grows; after one
+     * resize, another would give no more room (the dict's size is what
+     * decides it, and that does not change here). */
+    while (rc == PYCDS_OK && had == 0 && !resized
            && ((PyDictObject *)interned)->ma_keys->dk_usable <= (Py_ssize_t)n) {
+        PyDictKeysObject *keys = ((PyDictObject *)interned)->ma_keys;
         if (PyDict_SetItem(interned, tmp, tmp) < 0) {
             rc = pycds_fail_python("reserving room for interned strings");
         }
         else if (PyDict_DelItem(interned, tmp) < 0) {
             rc = pycds_fail_python("reserving room for interned strings");
         }
+        resized = ((PyDictObject *)interned)->ma_keys != keys;
     }
     if (had < 0) {
         rc = pycds_fail_python("reserving room for interned strings");
     }
     Py_DECREF(tmp);
+    if (rc == PYCDS_OK) {
+        Py_ssize_t usable = ((PyDictObject *)interned)->ma_keys->dk_usable;
+        if (usable <= (Py_ssize_t)n) {
+            *room = usable > 1 ? (uint64_t)usable - 1 : 1;
+        }
+    }
     return rc;
 }
 #endif
