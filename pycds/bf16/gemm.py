@@ -361,7 +361,7 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     ``n <= 2K + 4`` for every kernel here.  The AVX512-BF16 and BFMMLA
     instructions flush BF16 subnormal inputs and fp32 subnormal results to
     zero (Intel SDM ``VDPBF16PS``), which adds an absolute error below
-    ``K * 2**-126 * max|operand|``.
+    ``K * 2**-126 * max|operand|``; the FMA kernels keep subnormals.
     """
     op_a, b, m, n, k = _check_args(a, b, c, trans_a, trans_b)
     alpha = _fp32(alpha)
