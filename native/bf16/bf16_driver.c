@@ -3,8 +3,8 @@
  *
  * Compiled for the baseline ISA (x86-64 / armv8-a); ISA-specific code lives
  * in bf16_avx512.c, bf16_fma.c and bf16_bfmmla.c behind target attributes
- * and is only called after the CPU check below.  No Python objects are touched here:
- * cffi calls these functions with the GIL released.
+ * and is only called after the CPU check below.  No Python objects are
+ * touched here: cffi calls these functions with the GIL released.
  *
  * Blocking follows the BLIS/GotoBLAS loop nest with B already packed:
  *   for pc (KC k values)          A block MC x KC packed per thread (L2)
@@ -654,7 +654,8 @@ widen8(const uint16_t *src, float *dst)
     const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)src);
     const __m128i zero = _mm_setzero_si128();
     _mm_storeu_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(zero, h));
-    _mm_storeu_si128((__m128i *)(void *)(dst + 4), _mm_unpackhi_epi16(zero, h));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 4),
+                     _mm_unpackhi_epi16(zero, h));
 #else
     for (int q = 0; q < 8; q++) {
         dst[q] = bf16k_widen(src[q]);
@@ -673,7 +674,8 @@ widen_panel(const uint16_t *src, int64_t kc, int nr, int64_t kc8, float *dst)
 #if defined(__SSE2__)
         if (i % 32 == 0) {
             /* 2 KiB ahead (a prefetch never faults: an integer address) */
-            _mm_prefetch((const char *)((uintptr_t)(src + i) + 2048), _MM_HINT_T0);
+            _mm_prefetch((const char *)((uintptr_t)(src + i) + 2048),
+                         _MM_HINT_T0);
         }
 #endif
         widen8(src + i, dst + i);
@@ -710,9 +712,9 @@ pack_a_f32_body(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
                     continue;
                 }
                 for (int u = 0; u < G; u++) {
+                    const int64_t kk = k0 + pg + u;
                     q[u] = ii < rows && u < kn
-                        ? bf16k_widen(a[(r0 + ii) * rs + (k0 + pg + u) * cs])
-                        : 0.0f;
+                        ? bf16k_widen(a[(r0 + ii) * rs + kk * cs]) : 0.0f;
                 }
             }
         }
@@ -1060,8 +1062,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
      * few rows, B read as BF16 by kern_f32_few. */
     const int f32 = d->kern_f32 != NULL;
     /* Few rows (inference batches): B is streamed once from memory, so read
-     * each panel front to back in one pass instead of in KC blocks (the
-     * fp32 kernels widen it KC_F32 k values at a time, below). */
+     * each panel front to back in one pass instead of in KC blocks. */
     const int few = m1 - m0 <= 2 * mr;
     int64_t kcu_max = few ? kunits : (f32 ? KC_F32 : KC) / ku;
     /* Equal K blocks (no short tail block, which would pay a full C
@@ -1077,11 +1078,10 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     const int reusable = kcu_max == kunits && m1 - m0 <= mc_max;
 
     /* fp32 kernels: the widened A block (arows x kc8max floats), then, at
-     * a cache-line boundary, the widened B micro-panel (at most KC_F32 x
-     * nr). */
+     * a cache-line boundary, the widened B micro-panel (kc8max x nr; not
+     * used for few rows, whose K block is all of K). */
     const int64_t kc8max = ceil_div(kcu_max, BF16K_F32_GROUP)
         * BF16K_F32_GROUP;
-    const int64_t bsub = kc8max < KC_F32 ? kc8max : KC_F32;
     int64_t boff = 0;
     if (!direct) {
         int64_t arows = m1 - m0 < mc_max ? ceil_div(m1 - m0, mr) * mr
@@ -1090,7 +1090,8 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
         if (f32) {
             boff = ceil_div(arows * kc8max, BUF_ALIGN / sizeof(float))
                 * (int64_t)(BUF_ALIGN / sizeof(float));
-            need = (size_t)(boff + bsub * nr) * 2;   /* floats as uint16 */
+            need = (size_t)(boff + (few ? 0 : kc8max) * nr)
+                * 2;                                 /* floats as uint16 */
         }
         int rc = apack_reserve(ap, need);
         if (rc != BF16K_OK) {
@@ -1127,7 +1128,8 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                       && ap->m1 == m1)) {
                     if (f32) {
                         pack_a_f32(d, g->a, g->a_rs, g->a_cs, m1, ic, mc,
-                                   pc * ku, kcu, kc8, (float *)(void *)ap->buf);
+                                   pc * ku, kcu, kc8,
+                                   (float *)(void *)ap->buf);
                     } else {
                         pack_a(d, g->a, g->a_rs, g->a_cs, m1, g->k, ic, mc,
                                pc * ku, kcu, ap->buf);
@@ -1153,24 +1155,15 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                                         rows, ncols, g->alpha, beta);
                     }
                 } else if (f32) {
-                    /* The panel's KC_F32-value pieces, each widened and then
-                     * used by every MR tile (a multiple of 8 k values: A's
-                     * groups stay whole). */
+                    /* The micro-panel widened once for every MR tile. */
                     const float *afl = (const float *)(const void *)ap->buf;
                     float *bfl = (float *)(void *)ap->buf + boff;
-                    for (int64_t s0 = 0; s0 < kcu; s0 += KC_F32) {
-                        const int64_t sl = kcu - s0 < KC_F32 ? kcu - s0
-                                                             : KC_F32;
-                        const int64_t sl8 = ceil_div(sl, BF16K_F32_GROUP)
-                            * BF16K_F32_GROUP;
-                        widen_panel(bpan + s0 * nr, sl, nr, sl8, bfl);
-                        for (int64_t ir = 0; ir < mc; ir += mr) {
-                            int rows = (int)(mc - ir < mr ? mc - ir : mr);
-                            d->kern_f32(sl8, afl + ((ir / mr) * kc8 + s0) * mr,
-                                        bfl, cbase + (ic + ir) * ldc + col,
-                                        ldc, rows, ncols, g->alpha,
-                                        s0 == 0 ? beta : 1.0f);
-                        }
+                    widen_panel(bpan, kcu, nr, kc8, bfl);
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
+                        int rows = (int)(mc - ir < mr ? mc - ir : mr);
+                        d->kern_f32(kc8, afl + (ir / mr) * kc8 * mr, bfl,
+                                    cbase + (ic + ir) * ldc + col, ldc, rows,
+                                    ncols, g->alpha, beta);
                     }
                 } else {
                     for (int64_t ir = 0; ir < mc; ir += mr) {
