@@ -237,12 +237,11 @@ class IndexFinder:
         self._flags = lib.PYCDS_FIND_FILES if files else 0
         self._find = lib.pycds_index_find
         self._hit = lib.pycds_index_hit
-        from _frozen_importlib_external import FileFinder, PathFinder
+        from _frozen_importlib_external import FileFinder
         from . import FILE_LOADERS
         from ._archive import PYC_TIMESTAMP
         # (Kept alive here; the attribute names interned, as constants are.)
-        self._ctx = (FileFinder, FILE_LOADERS, PYC_TIMESTAMP, "_loaders", "path",
-                     PathFinder, "_path_importer_cache")
+        self._ctx = (FileFinder, FILE_LOADERS, PYC_TIMESTAMP, "_loaders", "path")
 
     def find(self, name):
         """``[entry tuple, stamps of the search's steps, package directory's
@@ -260,10 +259,10 @@ class IndexFinder:
         (native/archive/loader/find.c, pycds_index_hit): True when plain
         import, searching ``path`` (a list, or None for ``sys.path``), would
         take the archived module as the dump recorded it (PYCDSCHECK=mtime
-        rules).  None, False: as :meth:`find`.  Runs the path hooks of
-        the search's entries not in ``sys.path_importer_cache`` yet, as
-        PathFinder would (call it only where
-        :func:`pycds.search_replayable`)."""
+        rules), or, in its place, the path entry of the first step of
+        the search that ``sys.path_importer_cache`` has no finder for yet
+        (all steps before it unchanged): PathFinder would run its path
+        hooks there.  None, False: as :meth:`find`."""
         out = []
         if self._hit(self._ix, id(name), id(path), id(self._ctx), id(out)):
             return False

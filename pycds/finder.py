@@ -530,6 +530,15 @@ class CDSFinder:
     # Start of importlib.abc.MetaPathFinder interface
 
     def find_spec(self, fullname, path=None, target=None):
+        return self._find_spec(fullname, path, target, ())
+
+    def invalidate_caches(self):
+        pass
+
+    # End of importlib.abc.MetaPathFinder interface
+
+    def _find_spec(self, fullname, path, target, hooked):
+        # hooked: the path entries whose path hooks this search ran.
         archive = self.archive
         ran = archive.ran
         if ran and not getattr(ran[-1][1], "_initializing", False):
@@ -547,8 +556,6 @@ class CDSFinder:
                 facts = False
             elif archive.check == "mtime" and search_replayable() \
                     and _path_finder_next(self):
-                # (It runs path hooks as PathFinder would: only where
-                # PathFinder is the finder plain import asks next.)
                 facts = fast.hit(fullname, path)
                 if facts:
                     verdict = facts.pop()
@@ -558,10 +565,12 @@ class CDSFinder:
                 entry, facts = archive.index.lookup(fullname), None
             elif facts is None:
                 entry = None
-            elif verdict and not loader_patched():
+            elif verdict is True and not loader_patched():
                 entry = None    # (served from the entry's tuple, below)
             else:
-                entry, verdict = _archive.ModuleEntry(*facts[0]), False
+                entry = _archive.ModuleEntry(*facts[0])
+                if verdict is True:
+                    verdict = False
         except Exception as e:
             if program_raised(e):
                 raise
@@ -570,6 +579,16 @@ class CDSFinder:
             else:
                 archive.disable(f"index unreadable ({e})", damaged=True)
             return None
+        if verdict.__class__ is str:
+            # A step of the search whose path entry has no finder in
+            # sys.path_importer_cache yet, every step before it unchanged:
+            # PathFinder would run its path hooks now, and so does this
+            # (what they raise propagates, as out of PathFinder); then the
+            # hit is judged again, on files as they are after them.
+            if verdict not in hooked:
+                PathFinder._path_importer_cache(verdict)
+                return self._find_spec(fullname, path, target, hooked + (verdict,))
+            verdict, facts = False, None     # (not cached by them: judged in Python)
         if verdict:
             # The native verdict: the search replays and the files are the
             # dumped ones (native/archive/loader/find.c); the spec built as
@@ -610,7 +629,7 @@ class CDSFinder:
             # The first hit loads the native module (not the opening: a
             # program none of whose imports the archive holds never loads
             # it), and is judged by it, as every later one.
-            return self.find_spec(fullname, path, target)
+            return self._find_spec(fullname, path, target, hooked)
         if archive.disabled:
             return None     # (the native module unusable: said)
         # PathFinder's answer, from the dump run's directory stamps where
@@ -660,10 +679,6 @@ class CDSFinder:
                                        mtime_ns, size), archive)
         return spec
 
-    def invalidate_caches(self):
-        pass
-
-    # End of importlib.abc.MetaPathFinder interface
 
 
 _installed = None

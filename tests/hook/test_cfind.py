@@ -368,16 +368,13 @@ class TestNativeVerdict:
         finally:
             index.close()
         # A path importer cache entry of None before the last step is
-        # skipped, as PathFinder skips it.  One not cached yet gets its path
-        # hooks run, as PathFinder runs them (a FileFinder here); what a hook
-        # raises leaves no verdict and no exception (the Python side repeats
-        # the search, and PathFinder raises it).
-        assert got[5] is (change in ("none", "cwd entry", "no finder first",
-                                     "not cached")), change
-        if change == "not cached":
-            assert type(cached) is FileFinder and cached.path == str(d0)
-        elif change == "a path hook raising":
-            assert cached == "absent"
+        # skipped, as PathFinder skips it.  For one not cached yet the
+        # verdict is that step's path entry, and no path hook has run: the
+        # finder runs them (below, test_path_hooks_run_as_plain_import_runs_them).
+        if change in ("not cached", "a path hook raising"):
+            assert got[5] == first and cached == "absent", (change, got[5], cached)
+        else:
+            assert got[5] is (change in ("none", "cwd entry", "no finder first")), change
 
     def test_a_property_that_empties_sys_path_does_not_crash(self, tmp_path):
         # The attribute lookups of the verdict may run the program's code.
@@ -483,6 +480,62 @@ def test_a_search_method_replaced_before_the_first_import_is_called(tmp_path):
     r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
     assert plain.rc == 0 and "json.decoder" in plain.out, plain
     assert (r.rc, r.out) == (plain.rc, plain.out), (plain, r)
+
+
+HOOKED_PROG = """\
+import os, signal, sys
+here = os.path.dirname(os.path.abspath(__file__))
+lib, gen = os.path.join(here, "lib"), os.path.join(here, "gen")
+calls = []
+def hook(entry):
+    calls.append(os.path.basename(entry))
+    what = os.environ.get("HOOK")
+    if what == "rewrite" and entry == lib and calls.count("lib") == 1:
+        with open(os.path.join(lib, "m.py"), "w") as f:
+            f.write("WHERE = 'lib, rewritten by the hook'\\n")
+    elif what == "shadow" and entry == gen:
+        with open(os.path.join(gen, "m.py"), "w") as f:
+            f.write("WHERE = 'gen, made by the hook'\\n")
+    elif what == "interrupt" and entry == lib:
+        raise KeyboardInterrupt
+    raise ImportError
+sys.path_hooks.insert(0, hook)
+sys.path[:0] = [gen, lib]
+try:
+    import m
+    print(m.WHERE)
+except BaseException as e:
+    print("raised", type(e).__name__)
+print("hook calls", calls.count("lib"), calls.count("gen"))
+"""
+
+
+@pytest.mark.parametrize("what", ["none", "rewrite", "shadow", "interrupt"])
+def test_path_hooks_run_as_plain_import_runs_them(tmp_path, what):
+    # A search entry not in sys.path_importer_cache yet: its path hooks run
+    # once, in the search's order, what they raise propagates, and the hit
+    # is judged on the files as the hooks left them (a hook that writes the
+    # module, or one that shadows it, is seen as plain import sees it).
+    import compileall
+    app = tmp_path / "app"
+    (app / "lib").mkdir(parents=True)
+    (app / "gen").mkdir()
+    (app / "lib" / "m.py").write_text("WHERE = 'lib'\n")
+    (app / "prog.py").write_text(HOOKED_PROG)
+    compileall.compile_dir(str(app / "lib"), quiet=1)
+    time.sleep(2.1)
+    img = str(tmp_path / "a.img")
+    assert run_python(["prog.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+    share = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, HOOK=what)
+    (app / "lib" / "m.py").write_text("WHERE = 'lib'\n")
+    (app / "gen" / "m.py").unlink(missing_ok=True)
+    plain = run_python(["prog.py"], cwd=app, HOOK=what)
+    expect = {"none": "lib", "rewrite": "lib, rewritten by the hook",
+              "shadow": "gen, made by the hook", "interrupt": "raised KeyboardInterrupt"}
+    assert plain.out.splitlines()[0] == expect[what], plain
+    assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
+    assert ("m" in share.served()) == (what == "none"), share
 
 
 def test_what_the_program_raises_after_the_native_stats_propagates(tmp_path):

@@ -475,18 +475,18 @@ attr_equals(PyObject *obj, PyObject *attr, PyObject *want)
 /* Whether the search recorded in entry replays on path (None: sys.path)
  * with every stamp as recorded: pycds._search.find_spec's walk when each
  * step ends in "unchanged since the dump", the last one building the spec
- * (the rules the Python side checks before it: its _REPLAY and _pristine).
- * 1 or 0 (any doubt, any error). */
+ * (the rules the Python side checks before it: search_replayable()).
+ * 1 or 0 (any doubt, any error); 0 with *uncached set (a new reference)
+ * to the path entry of the first step sys.path_importer_cache has no
+ * finder for yet. */
 static int
 replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
-        PyObject *path, PyObject *ctx)
+        PyObject *path, PyObject *ctx, PyObject **uncached)
 {
     PyObject *file_finder = PyTuple_GET_ITEM(ctx, 0);
     PyObject *loaders = PyTuple_GET_ITEM(ctx, 1);
     PyObject *loaders_attr = PyTuple_GET_ITEM(ctx, 3);
     PyObject *path_attr = PyTuple_GET_ITEM(ctx, 4);
-    PyObject *path_finder = PyTuple_GET_ITEM(ctx, 5);
-    PyObject *hooks_attr = PyTuple_GET_ITEM(ctx, 6);
     PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
     PyObject *steps, *cache;
     int ok = 0;
@@ -526,28 +526,22 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         }
         finder = PyDict_GetItemWithError(cache, key);     /* borrowed */
         Py_DECREF(key);
-        if (finder != NULL) {
-            Py_INCREF(finder);
-        } else if (PyErr_Occurred()) {
-            goto done;
-        } else {
-            /* Not cached: PathFinder runs the path hooks for it here, in
-             * the search's order (every earlier step was found unchanged),
-             * and so does this, through its own method (the caller checked
-             * that it is the stock one).  What a hook raises is cleared:
-             * the Python side repeats the search, and plain import's
-             * answer, raising included. */
-            Py_INCREF(now);        /* (a hook may take it off sys.path) */
-            finder = PyObject_CallMethodOneArg(path_finder, hooks_attr, now);
-            Py_DECREF(now);
-            if (finder == NULL) {
-                goto done;
+        if (finder == NULL) {
+            /* Not cached: PathFinder would run the path hooks for it here,
+             * every earlier step being unchanged.  The caller runs them
+             * (what they raise is the program's) and asks again, with
+             * stats taken after them. */
+            if (!PyErr_Occurred()) {
+                /* (The recorded entry: equal, and held by the entry, where
+                 * the lookup may have run code that took `now` away.) */
+                *uncached = Py_NewRef(recorded);
             }
+            goto done;
         }
         if (finder == Py_None && i < nsteps - 1) {
-            Py_DECREF(finder);
             continue;          /* PathFinder skips it too */
         }
+        Py_INCREF(finder);
         same = (PyObject *)Py_TYPE(finder) == file_finder
                && stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
                && attr_equals(finder, path_attr, PyTuple_GET_ITEM(step, 1)) == 1
@@ -621,16 +615,16 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
  * (cached_is_recorded()), a timestamp .pyc of the recorded mtime and size,
  * and the source has the recorded mtime and size: pycds._pyc.check's answer
  * "unchanged" under PYCDSCHECK=mtime without reading a file.  ctx:
- * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path",
- * PathFinder, "_path_importer_cache"), the names interned.  0 otherwise: the Python side judges the facts. */
+ * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path"), the
+ * names interned.  0 otherwise: the Python side judges the facts. */
 static int
 verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
-        PyObject *path, PyObject *ctx)
+        PyObject *path, PyObject *ctx, PyObject **uncached)
 {
     PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
     int eq;
 
-    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 7) {
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 5) {
         return 0;
     }
     eq = PyObject_RichCompareBool(kind, PyTuple_GET_ITEM(ctx, 2), Py_EQ);
@@ -643,7 +637,7 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
                                    PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH))) {
         return 0;
     }
-    return replays(entry, facts, nsteps, path, ctx);
+    return replays(entry, facts, nsteps, path, ctx, uncached);
 }
 
 /* ---- the entry point --------------------------------------------------- */
@@ -741,11 +735,14 @@ find(const pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
     rc = report(out, entry, facts, nsteps, flags & PYCDS_FIND_FILES) < 0
          ? PYCDS_E_PYTHON : PYCDS_OK;
     if (rc == PYCDS_OK && ctx != NULL) {
-        int v = verdict(entry, facts, nsteps, path, ctx);
+        PyObject *uncached = NULL;
+        int v = verdict(entry, facts, nsteps, path, ctx, &uncached);
         PyErr_Clear();
-        if (PyList_Append(out, v > 0 ? Py_True : Py_False) < 0) {
+        if (PyList_Append(out, uncached != NULL ? uncached
+                                : v > 0 ? Py_True : Py_False) < 0) {
             rc = PYCDS_E_PYTHON;
         }
+        Py_XDECREF(uncached);
     }
     if (rc != PYCDS_OK) {
         PyList_SetSlice(out, 0, PyList_GET_SIZE(out), NULL);
