@@ -490,6 +490,23 @@ def _pyc_rules():
 _pyc = None
 
 
+def _hooks_pending(search):
+    """Whether replaying ``search`` (an entry's recorded search, or None)
+    runs path hooks: a step's path entry has no finder in
+    ``sys.path_importer_cache`` yet (PathFinder._path_importer_cache's key:
+    the working directory for '')."""
+    if search is None:
+        return False
+    cache = sys.path_importer_cache
+    try:
+        for step in search[0]:
+            if (step[0] or os.getcwd()) not in cache:
+                return True
+    except Exception:
+        return True
+    return False
+
+
 def _cached(spec, entry):
     """``spec.cached`` for the spec of ``entry``'s own origin, taken from
     the entry where ModuleSpec would compute the same path: the dump's
@@ -632,6 +649,10 @@ class CDSFinder:
             return self._find_spec(fullname, path, target, hooked)
         if archive.disabled:
             return None     # (the native module unusable: said)
+        if facts is not None and _hooks_pending(entry.search):
+            # The search runs path hooks (as PathFinder would): the native
+            # call's stats, taken before them, may be out of date.
+            facts = None
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
         spec = _search_find_spec(fullname, path, target, entry.origin, entry.search,

@@ -510,12 +510,14 @@ print("hook calls", calls.count("lib"), calls.count("gen"))
 """
 
 
+@pytest.mark.parametrize("check", ["mtime", "hash"])
 @pytest.mark.parametrize("what", ["none", "rewrite", "shadow", "interrupt"])
-def test_path_hooks_run_as_plain_import_runs_them(tmp_path, what):
+def test_path_hooks_run_as_plain_import_runs_them(tmp_path, what, check):
     # A search entry not in sys.path_importer_cache yet: its path hooks run
     # once, in the search's order, what they raise propagates, and the hit
     # is judged on the files as the hooks left them (a hook that writes the
-    # module, or one that shadows it, is seen as plain import sees it).
+    # module, or one that shadows it, is seen as plain import sees it),
+    # by the native verdict (mtime) or in Python (hash).
     import compileall
     app = tmp_path / "app"
     (app / "lib").mkdir(parents=True)
@@ -527,7 +529,7 @@ def test_path_hooks_run_as_plain_import_runs_them(tmp_path, what):
     img = str(tmp_path / "a.img")
     assert run_python(["prog.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
     share = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
-                       PYCDSVERBOSE=1, HOOK=what)
+                       PYCDSVERBOSE=1, PYCDSCHECK=check, HOOK=what)
     (app / "lib" / "m.py").write_text("WHERE = 'lib'\n")
     (app / "gen" / "m.py").unlink(missing_ok=True)
     plain = run_python(["prog.py"], cwd=app, HOOK=what)
