@@ -259,10 +259,9 @@ class IndexFinder:
         (native/archive/loader/find.c, pycds_index_hit): True when plain
         import, searching ``path`` (a list, or None for ``sys.path``), would
         take the archived module as the dump recorded it (PYCDSCHECK=mtime
-        rules), or, in its place, the path entry of the first step of
-        the search that ``sys.path_importer_cache`` has no finder for yet
-        (all steps before it unchanged): PathFinder would run its path
-        hooks there.  None, False: as :meth:`find`."""
+        rules; False where a step's path entry has no finder in
+        ``sys.path_importer_cache`` yet: PathFinder would run the path hooks
+        there).  None, False: as :meth:`find`."""
         out = []
         if self._hit(self._ix, id(name), id(path), id(self._ctx), id(out)):
             return False

@@ -469,13 +469,15 @@ def served_loader(loader):
 def _first_search(*args):
     # pycds._search is imported on the first archive hit, not at start-up
     # (a program that imports nothing archived does not pay for it).
-    global _search_find_spec
+    global _search_find_spec, _search_mod
     from . import _search
     _search_find_spec = _search.find_spec
+    _search_mod = _search
     return _search.find_spec(*args)
 
 
 _search_find_spec = _first_search
+_search_mod = None      # pycds._search, once imported
 
 
 def _pyc_rules():
@@ -547,15 +549,6 @@ class CDSFinder:
     # Start of importlib.abc.MetaPathFinder interface
 
     def find_spec(self, fullname, path=None, target=None):
-        return self._find_spec(fullname, path, target, ())
-
-    def invalidate_caches(self):
-        pass
-
-    # End of importlib.abc.MetaPathFinder interface
-
-    def _find_spec(self, fullname, path, target, hooked):
-        # hooked: the path entries whose path hooks this search ran.
         archive = self.archive
         ran = archive.ran
         if ran and not getattr(ran[-1][1], "_initializing", False):
@@ -571,8 +564,7 @@ class CDSFinder:
             verdict = False
             if fast is None:
                 facts = False
-            elif archive.check == "mtime" and search_replayable() \
-                    and _path_finder_next(self):
+            elif archive.check == "mtime":
                 facts = fast.hit(fullname, path)
                 if facts:
                     verdict = facts.pop()
@@ -582,12 +574,11 @@ class CDSFinder:
                 entry, facts = archive.index.lookup(fullname), None
             elif facts is None:
                 entry = None
-            elif verdict is True and not loader_patched():
+            elif verdict and _path_finder_next(self) and search_replayable() \
+                    and not loader_patched():
                 entry = None    # (served from the entry's tuple, below)
             else:
-                entry = _archive.ModuleEntry(*facts[0])
-                if verdict is True:
-                    verdict = False
+                entry, verdict = _archive.ModuleEntry(*facts[0]), False
         except Exception as e:
             if program_raised(e):
                 raise
@@ -596,16 +587,6 @@ class CDSFinder:
             else:
                 archive.disable(f"index unreadable ({e})", damaged=True)
             return None
-        if verdict.__class__ is str:
-            # A step of the search whose path entry has no finder in
-            # sys.path_importer_cache yet, every step before it unchanged:
-            # PathFinder would run its path hooks now, and so does this
-            # (what they raise propagates, as out of PathFinder); then the
-            # hit is judged again, on files as they are after them.
-            if verdict not in hooked:
-                PathFinder._path_importer_cache(verdict)
-                return self._find_spec(fullname, path, target, hooked + (verdict,))
-            verdict, facts = False, None     # (not cached by them: judged in Python)
         if verdict:
             # The native verdict: the search replays and the files are the
             # dumped ones (native/archive/loader/find.c); the spec built as
@@ -646,7 +627,7 @@ class CDSFinder:
             # The first hit loads the native module (not the opening: a
             # program none of whose imports the archive holds never loads
             # it), and is judged by it, as every later one.
-            return self._find_spec(fullname, path, target, hooked)
+            return self.find_spec(fullname, path, target)
         if archive.disabled:
             return None     # (the native module unusable: said)
         if facts is not None and _hooks_pending(entry.search):
@@ -655,8 +636,14 @@ class CDSFinder:
             facts = None
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
+        replays = _search_mod.replayed if _search_mod is not None else 0
         spec = _search_find_spec(fullname, path, target, entry.origin, entry.search,
                                  facts and facts[1:3])
+        if facts is not None and _search_mod.replayed == replays:
+            # Not answered from the stamps alone: the search asked a finder
+            # (a changed directory's, a program's, PathFinder's own), whose
+            # work may have changed the files since the native call's stats.
+            facts = None
         if spec is None:
             _fallback(fullname, "not found on the search path")
             return None
@@ -700,6 +687,10 @@ class CDSFinder:
                                        mtime_ns, size), archive)
         return spec
 
+    def invalidate_caches(self):
+        pass
+
+    # End of importlib.abc.MetaPathFinder interface
 
 
 _installed = None

@@ -476,12 +476,11 @@ attr_equals(PyObject *obj, PyObject *attr, PyObject *want)
  * with every stamp as recorded: pycds._search.find_spec's walk when each
  * step ends in "unchanged since the dump", the last one building the spec
  * (the rules the Python side checks before it: search_replayable()).
- * 1 or 0 (any doubt, any error); 0 with *uncached set (a new reference)
- * to the path entry of the first step sys.path_importer_cache has no
- * finder for yet. */
+ * 1 or 0 (any doubt, any error, a step's entry with no finder in
+ * sys.path_importer_cache yet). */
 static int
 replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
-        PyObject *path, PyObject *ctx, PyObject **uncached)
+        PyObject *path, PyObject *ctx)
 {
     PyObject *file_finder = PyTuple_GET_ITEM(ctx, 0);
     PyObject *loaders = PyTuple_GET_ITEM(ctx, 1);
@@ -527,15 +526,8 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         finder = PyDict_GetItemWithError(cache, key);     /* borrowed */
         Py_DECREF(key);
         if (finder == NULL) {
-            /* Not cached: PathFinder would run the path hooks for it here,
-             * every earlier step being unchanged.  The caller runs them
-             * (what they raise is the program's) and asks again, with
-             * stats taken after them. */
-            if (!PyErr_Occurred()) {
-                /* (The recorded entry: equal, and held by the entry, where
-                 * the lookup may have run code that took `now` away.) */
-                *uncached = Py_NewRef(recorded);
-            }
+            /* Not cached: PathFinder would run the path hooks here, in the
+             * middle of its search; the Python side searches as it does. */
             goto done;
         }
         if (finder == Py_None && i < nsteps - 1) {
@@ -619,7 +611,7 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
  * names interned.  0 otherwise: the Python side judges the facts. */
 static int
 verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
-        PyObject *path, PyObject *ctx, PyObject **uncached)
+        PyObject *path, PyObject *ctx)
 {
     PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
     int eq;
@@ -637,7 +629,7 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
                                    PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH))) {
         return 0;
     }
-    return replays(entry, facts, nsteps, path, ctx, uncached);
+    return replays(entry, facts, nsteps, path, ctx);
 }
 
 /* ---- the entry point --------------------------------------------------- */
@@ -735,14 +727,11 @@ find(const pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
     rc = report(out, entry, facts, nsteps, flags & PYCDS_FIND_FILES) < 0
          ? PYCDS_E_PYTHON : PYCDS_OK;
     if (rc == PYCDS_OK && ctx != NULL) {
-        PyObject *uncached = NULL;
-        int v = verdict(entry, facts, nsteps, path, ctx, &uncached);
+        int v = verdict(entry, facts, nsteps, path, ctx);
         PyErr_Clear();
-        if (PyList_Append(out, uncached != NULL ? uncached
-                                : v > 0 ? Py_True : Py_False) < 0) {
+        if (PyList_Append(out, v > 0 ? Py_True : Py_False) < 0) {
             rc = PYCDS_E_PYTHON;
         }
-        Py_XDECREF(uncached);
     }
     if (rc != PYCDS_OK) {
         PyList_SetSlice(out, 0, PyList_GET_SIZE(out), NULL);
