@@ -29,34 +29,6 @@
 #define AVX512BF16_TARGET \
     __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
 
-/* Mask of the first n (0..16) lanes. */
-static inline __mmask16
-lane_mask(int n)
-{
-    if (n >= 16) {
-        return (__mmask16)0xFFFF;
-    }
-    if (n <= 0) {
-        return (__mmask16)0;
-    }
-    return (__mmask16)((1u << n) - 1u);
-}
-
-AVX512BF16_TARGET __attribute__((always_inline))
-static inline void
-store_row(float *c, __m512 acc, __mmask16 mask, float alpha, float beta)
-{
-    __m512 r = acc;
-    if (alpha != 1.0f) {
-        r = _mm512_mul_ps(r, _mm512_set1_ps(alpha));
-    }
-    if (beta != 0.0f) {
-        __m512 old = _mm512_maskz_loadu_ps(mask, c);
-        r = _mm512_fmadd_ps(_mm512_set1_ps(beta), old, r);
-    }
-    _mm512_mask_storeu_ps(c, mask, r);
-}
-
 /* Prefetch hint PF_UNITS k-units ahead.  The address may lie past the end
  * of the panel (prefetches never fault), so it is formed as an integer: no
  * out-of-bounds pointer arithmetic. */
@@ -122,12 +94,12 @@ tile_few(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
             o1[i] = _mm512_dpbf16_ps(o1[i], ao, b1);
         }
     }
-    __mmask16 m0 = lane_mask(nr);
-    __mmask16 m1 = lane_mask(nr - 16);
+    __mmask16 m0 = bf16k_lane_mask(nr);
+    __mmask16 m1 = bf16k_lane_mask(nr - 16);
     for (i = 0; i < mr; i++) {
-        store_row(c + i * ldc, _mm512_add_ps(e0[i], o0[i]), m0, alpha, beta);
+        bf16k_store_zmm(c + i * ldc, _mm512_add_ps(e0[i], o0[i]), m0, alpha, beta);
         if (m1) {
-            store_row(c + i * ldc + 16, _mm512_add_ps(e1[i], o1[i]), m1,
+            bf16k_store_zmm(c + i * ldc + 16, _mm512_add_ps(e1[i], o1[i]), m1,
                       alpha, beta);
         }
     }
@@ -174,13 +146,13 @@ tile(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
             acc1[i] = _mm512_dpbf16_ps(acc1[i], av, b1);
         }
     }
-    __mmask16 m0 = lane_mask(nr);
-    __mmask16 m1 = lane_mask(nr - 16);
+    __mmask16 m0 = bf16k_lane_mask(nr);
+    __mmask16 m1 = bf16k_lane_mask(nr - 16);
 #pragma GCC unroll 12
     for (i = 0; i < mr; i++) {
-        store_row(c + i * ldc, acc0[i], m0, alpha, beta);
+        bf16k_store_zmm(c + i * ldc, acc0[i], m0, alpha, beta);
         if (m1) {
-            store_row(c + i * ldc + 16, acc1[i], m1, alpha, beta);
+            bf16k_store_zmm(c + i * ldc + 16, acc1[i], m1, alpha, beta);
         }
     }
 }

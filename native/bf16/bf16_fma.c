@@ -256,26 +256,14 @@ const bf16k_kernel_desc bf16k_avx2fma_desc = {
 #define MR5 12
 #define NR5 32
 
-/* c[0:n] = alpha * acc + beta * c (n <= 16, masked); beta == 0: c is not
- * read. */
+/* c[0:n] = alpha * acc + beta * c (n <= 16); beta == 0: c is not read. */
 AVX512F_TARGET __attribute__((always_inline))
 static inline void
 store_zmm(float *c, __m512 acc, int n, float alpha, float beta)
 {
-    if (n <= 0) {
-        return;
+    if (n > 0) {
+        bf16k_store_zmm(c, acc, bf16k_lane_mask(n), alpha, beta);
     }
-    const __mmask16 m = n >= 16 ? (__mmask16)0xFFFF
-                                : (__mmask16)((1u << n) - 1u);
-    __m512 r = acc;
-    if (alpha != 1.0f) {
-        r = _mm512_mul_ps(r, _mm512_set1_ps(alpha));
-    }
-    if (beta != 0.0f) {
-        r = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c),
-                            r);
-    }
-    _mm512_mask_storeu_ps(c, m, r);
 }
 
 /* 16 BF16 at p widened to fp32. */

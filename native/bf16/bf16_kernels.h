@@ -114,6 +114,39 @@ extern const bf16k_kernel_desc bf16k_avx2fma_desc;
 extern const bf16k_kernel_desc bf16k_bfmmla_desc;
 #endif
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* The mask of the first n lanes of 16 (none for n <= 0, all from 16 on). */
+static inline __mmask16
+bf16k_lane_mask(int n)
+{
+    if (n >= 16) {
+        return (__mmask16)0xFFFF;
+    }
+    if (n <= 0) {
+        return (__mmask16)0;
+    }
+    return (__mmask16)((1u << n) - 1u);
+}
+
+/* The lanes m of a tile row: c = alpha * acc + beta * c, c not read where
+ * beta == 0 (AVX-512F; the AVX512-BF16 and AVX-512F FMA kernels). */
+__attribute__((target("avx512f"), always_inline))
+static inline void
+bf16k_store_zmm(float *c, __m512 acc, __mmask16 m, float alpha, float beta)
+{
+    __m512 r = acc;
+    if (alpha != 1.0f) {
+        r = _mm512_mul_ps(r, _mm512_set1_ps(alpha));
+    }
+    if (beta != 0.0f) {
+        r = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c), r);
+    }
+    _mm512_mask_storeu_ps(c, m, r);
+}
+#endif
+
 /* ---- exported API (mirrored in bf16_kernels.cdef) ---------------------- */
 
 /* Name of the selected kernel: by default the hardware kernel found on this
