@@ -20,9 +20,10 @@ program raised through it (:func:`pycds.errors.program_raised`), as plain
 import's own code would pass it on.  The ``.pyc`` rules are pycds._pyc's,
 the archive's format pycds._archive's.  Imports only builtins and importlib
 (already loaded at start-up: ``_frozen_importlib_external`` is what
-importlib.machinery re-exports).  The native module is loaded when the
-archive opens; pycds._search and pycds._pyc only where a hit is judged in
-Python (a changed directory, a moved tree, PYCDSCHECK=hash).
+importlib.machinery re-exports).  The native module is loaded on the first
+archive hit; pycds._search and pycds._pyc where a hit is judged in Python
+(a search meeting a path entry not in sys.path_importer_cache yet, a
+changed directory, a moved tree, PYCDSCHECK=hash).
 """
 
 import _thread

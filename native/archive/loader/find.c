@@ -475,7 +475,7 @@ attr_equals(PyObject *obj, PyObject *attr, PyObject *want)
 /* Whether the search recorded in entry replays on path (None: sys.path)
  * with every stamp as recorded: pycds._search.find_spec's walk when each
  * step ends in "unchanged since the dump", the last one building the spec
- * (the rules the Python side checks before it: search_replayable()).
+ * (the rules the Python side checks beside it: search_replayable()).
  * 1 or 0 (any doubt, any error, a step's entry with no finder in
  * sys.path_importer_cache yet). */
 static int
