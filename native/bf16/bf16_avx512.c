@@ -31,7 +31,10 @@
 
 /* Prefetch hint PF_UNITS k-units ahead.  The address may lie past the end
  * of the panel (prefetches never fault), so it is formed as an integer: no
- * out-of-bounds pointer arithmetic. */
+ * out-of-bounds pointer arithmetic.  It must be inlined: as a call (GCC 12
+ * does not inline a function of the baseline target early into an AVX512
+ * one), GCC finds it free of side effects and deletes every call. */
+AVX512BF16_TARGET __attribute__((always_inline))
 static inline void
 prefetch_ahead(const uint16_t *bq)
 {
@@ -163,9 +166,17 @@ avx512_kern(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
             const uint16_t *bp, float *c, int64_t ldc, int mr, int nr,
             float alpha, float beta)
 {
+    /* A packed by the driver: a unit's MR rows are adjacent, and with the
+     * strides as constants every A address is a fixed offset of one
+     * pointer (with a_rs a variable, GCC needs a register per row offset
+     * and spills two of them inside the loop). */
 #define TILE_CASE(R) \
     case R: \
-        tile(ku, ap, a_ps, a_rs, bp, c, ldc, R, nr, alpha, beta); \
+        if (a_rs == KU && a_ps == MR * KU) { \
+            tile(ku, ap, MR * KU, KU, bp, c, ldc, R, nr, alpha, beta); \
+        } else { \
+            tile(ku, ap, a_ps, a_rs, bp, c, ldc, R, nr, alpha, beta); \
+        } \
         break
 #define FEW_CASE(R) \
     case R: \

@@ -133,6 +133,16 @@ pycds_image_contains(const void *p, size_t size)
     return 0;
 }
 
+void
+pycds_image_hot(uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = *hi = 0;
+    if (image.hot < image.nseg) {
+        *lo = image.lo[image.hot];
+        *hi = image.hi[image.hot];
+    }
+}
+
 uintptr_t
 pycds_image_anchor(void)
 {

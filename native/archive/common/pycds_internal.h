@@ -68,6 +68,9 @@ int pycds_fail_python(const char *what);
  * interpreter's static objects.  Anchor: &_Py_NoneStruct. */
 int pycds_image_init(void);
 int pycds_image_contains(const void *p, size_t size);
+/* The address range [lo, hi) of the segment holding the anchor, where
+ * nearly every external relocation lands ([0, 0) before init). */
+void pycds_image_hot(uintptr_t *lo, uintptr_t *hi);
 uintptr_t pycds_image_anchor(void);
 const char *pycds_image_build_id(void);   /* hex, or "" if none */
 

@@ -101,7 +101,8 @@ struct pycds_archive {
     /* The interpreter's interned string of each archive-wide string number
      * met so far (a reference of its own), in leaves of PYCDS_STRTAB_LEAF
      * numbers made on first use; numbers are below reloc_count (each has
-     * an INTERN slot).  Stage 2 only: guarded by the GIL (loader.c). */
+     * an INTERN slot).  Written by stage 2 only, under the GIL (loader.c),
+     * atomically: stage 1 reads it (pycds_strtab_met). */
     PyObject ***strtab;
     size_t strtab_leaves;
 
@@ -146,6 +147,17 @@ struct pycds_archive {
 };
 
 #define PYCDS_STRTAB_LEAF 2048
+
+/* Whether a's table has string number n's interned string (n below
+ * a->reloc_count): set by stage 2, never cleared while a is open.  Stage 1
+ * reads it without the GIL as a hint (what it says stays true). */
+static inline int
+pycds_strtab_met(pycds_archive *a, uint32_t n)
+{
+    PyObject **leaf = __atomic_load_n(&a->strtab[n / PYCDS_STRTAB_LEAF], __ATOMIC_ACQUIRE);
+    return leaf != NULL
+           && __atomic_load_n(&leaf[n % PYCDS_STRTAB_LEAF], __ATOMIC_RELAXED) != NULL;
+}
 
 /* A buffer for the relocation entries that one thread reuses from chunk to
  * chunk (the read-ahead thread's), mapped apart from malloc: what that

@@ -321,7 +321,7 @@ strtab_entry(pycds_archive *a, uint32_t n)
         if (leaf == NULL) {
             return NULL;
         }
-        a->strtab[n / PYCDS_STRTAB_LEAF] = leaf;
+        __atomic_store_n(&a->strtab[n / PYCDS_STRTAB_LEAF], leaf, __ATOMIC_RELEASE);
     }
     return &leaf[n % PYCDS_STRTAB_LEAF];
 }
@@ -358,7 +358,8 @@ intern_numbered(pycds_archive *a, uint32_t n, PyObject **slot)
     }
     int rc = pycds_layout_intern(slot);
     if (rc == PYCDS_OK && t != NULL && *t == NULL) {
-        *t = Py_NewRef(*slot);        /* the table's own, for good */
+        /* The table's own, for good. */
+        __atomic_store_n(t, Py_NewRef(*slot), __ATOMIC_RELAXED);
     }
     return rc;
 }

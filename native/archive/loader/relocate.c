@@ -14,9 +14,11 @@
  *   3. apply the relocations, bounds-checking each: INTERNAL/INTERN/FROZENSET
  *      (and DATA, into an object) turn a chunk offset into the address of
  *      its head or tail copy, EXTERNAL adds the image anchor's and must land
- *      inside the interpreter image; an INTERN slot's string number (its
- *      high 32 bits) goes to the fix-up record;
- *   4. list the slots stage 2 must visit, in a fix-up record.
+ *      inside the interpreter image; the slots stage 2 must visit go to a
+ *      fix-up record, an INTERN slot with its string number (its high 32
+ *      bits);
+ *   4. check those slots' targets, and hash the strings stage 2 will
+ *      intern (those whose number the process has not met yet).
  * Runs on the importing thread (loader.c) or ahead on the read-ahead thread
  * (prefetch.c); touches no Python object outside the chunk.
  */
@@ -51,15 +53,36 @@ pycds_read_full(int fd, void *buf, size_t n, uint64_t off)
     return PYCDS_OK;
 }
 
-/* nstrings bounds the string numbers; num gets one per INTERN and
- * SINGLETON entry, in table order (fill_fixups lists them so). */
+/* Stage 1, after the checksum: apply the relocations, bounds-checking each,
+ * and list the slots stage 2 must visit (INTERN and SINGLETON ones in
+ * f->fix[0, nstr) with their string numbers in f->num, then FROZENSET ones,
+ * each in table order) so that it does not walk every entry again.
+ * count_fixups sizes the list; apply_relocations writes it. */
+static void
+count_fixups(const uint32_t *rel, uint64_t n, uint64_t *nstr, uint64_t *nset)
+{
+    *nstr = *nset = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        int kind = (int)(rel[i] & 7u);
+        *nstr += kind == PYCDS_RELOC_INTERN || kind == PYCDS_RELOC_SINGLETON;
+        *nset += kind == PYCDS_RELOC_FROZENSET;
+    }
+}
+
+/* nstrings bounds the string numbers. */
 static int
-apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n,
-                  uint64_t nstrings, uint32_t *num)
+apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t nstrings,
+                  pycds_fixups *f)
 {
     uintptr_t anchor = pycds_image_anchor();
-    uint64_t len = p->len;
-    uint64_t si = 0;
+    uintptr_t hot_lo, hot_hi;
+    pycds_image_hot(&hot_lo, &hot_hi);
+    /* An external target whose object lies in the hot segment: v - hot_lo
+     * at most this (unsigned: below hot_lo wraps above it). */
+    uintptr_t hot_room = hot_hi - hot_lo >= sizeof(PyObject)
+                         ? hot_hi - hot_lo - sizeof(PyObject) : 0;
+    uint64_t len = p->len, n = f->nrel;
+    uint64_t si = 0, fi = f->nstr;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t e = rel[i];
         uint64_t slot = e & ~(uint32_t)7u;
@@ -73,22 +96,25 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n,
         uint8_t *at = pycds_place_at(p, slot);
         uint64_t v;
         memcpy(&v, at, sizeof(v));
-        if (kind == PYCDS_RELOC_INTERN) {
+        switch (kind) {
+        case PYCDS_RELOC_INTERN:
             if (v >> 32 >= nstrings) {
                 return pycds_fail(PYCDS_E_CORRUPT, "string number %llu out of range",
                                   (unsigned long long)(v >> 32));
             }
-            num[si++] = (uint32_t)(v >> 32);
+            f->num[si] = (uint32_t)(v >> 32);
+            f->fix[si++] = e;
             v &= UINT32_MAX;
-        }
-        else if (kind == PYCDS_RELOC_SINGLETON) {
-            num[si++] = 0;
-        }
-        switch (kind) {
-        case PYCDS_RELOC_INTERNAL:
-        case PYCDS_RELOC_INTERN:
-        case PYCDS_RELOC_FROZENSET:
+            goto object;
         case PYCDS_RELOC_SINGLETON:
+            f->num[si] = 0;
+            f->fix[si++] = e;
+            goto object;
+        case PYCDS_RELOC_FROZENSET:
+            f->fix[fi++] = e;
+            goto object;
+        case PYCDS_RELOC_INTERNAL:
+        object:
             /* len >= sizeof(PyObject): the chunk table guarantees it.  An
              * object header lies wholly in the head or in the tail (they
              * are apart in memory). */
@@ -98,6 +124,10 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n,
                                   "relocation target %llu outside chunk",
                                   (unsigned long long)v);
             }
+            /* The writer's tail (release.c) is reached from before it only
+             * through INTERN slots; a chunk that says otherwise keeps it. */
+            f->tail_shared |= kind == PYCDS_RELOC_INTERNAL && slot < p->root_off
+                              && v >= p->root_off;
             v = (uint64_t)(uintptr_t)pycds_place_at(p, v);
             break;
         case PYCDS_RELOC_DATA:
@@ -112,8 +142,10 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n,
         case PYCDS_RELOC_EXTERNAL:
             v = (uint64_t)(anchor + (uintptr_t)(int64_t)v);
             /* (Static objects are aligned as any object.) */
-            if (!pycds_image_contains((const void *)(uintptr_t)v, sizeof(PyObject))
-                || v % _Alignof(PyObject) != 0) {
+            if (v % _Alignof(PyObject) != 0
+                || ((uintptr_t)v - hot_lo > hot_room
+                    && !pycds_image_contains((const void *)(uintptr_t)v,
+                                             sizeof(PyObject)))) {
                 return pycds_fail(PYCDS_E_CORRUPT,
                                   "external relocation outside the interpreter "
                                   "or misaligned");
@@ -127,67 +159,44 @@ apply_relocations(const pycds_place *p, const uint32_t *rel, uint64_t n,
     return PYCDS_OK;
 }
 
-/* Stage 1, after the relocations: list the slots stage 2 must visit
- * (INTERN and SINGLETON ones, then FROZENSET ones, each in table order) so
- * that it does not walk every entry again, check their targets' types
- * (plain pointer comparisons: no GIL needed), and compute the hash of each
- * string to be interned (as unicode_hash() would on first use), so that
- * stage 2 spends its time in the interned dict only.  count_fixups sizes
- * the list, fill_fixups writes it into f->fix (f->nstr + f->nset entries). */
-static void
-count_fixups(const uint32_t *rel, uint64_t n, uint64_t *nstr, uint64_t *nset)
-{
-    *nstr = *nset = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        int kind = (int)(rel[i] & 7u);
-        *nstr += kind == PYCDS_RELOC_INTERN || kind == PYCDS_RELOC_SINGLETON;
-        *nset += kind == PYCDS_RELOC_FROZENSET;
-    }
-}
-
+/* Stage 1, once every slot is relocated: check the targets of the listed
+ * slots' types (plain pointer comparisons: no GIL needed), and compute the
+ * hash of each string stage 2 will look up in the interned dict (as
+ * unicode_hash() would on first use), so that stage 2 spends its time in
+ * the dict only.  A string whose number the process has met is not looked
+ * up (loader.c), nor are its code units read: neither hashed nor measured. */
 static int
-fill_fixups(const pycds_place *p, const uint32_t *rel, pycds_fixups *f)
+check_fixups(pycds_archive *a, const pycds_place *p, pycds_fixups *f)
 {
-    uint64_t n = f->nrel, si = 0, fi = f->nstr;
-    for (uint64_t i = 0; i < n; i++) {
-        uint32_t e = rel[i];
+    for (uint64_t i = 0; i < f->nstr + f->nset; i++) {
+        uint32_t e = f->fix[i];
         int kind = (int)(e & 7u);
-        if (kind == PYCDS_RELOC_INTERNAL) {
-            /* The writer's tail (release.c) is reached from before it only
-             * through INTERN slots; a chunk that says otherwise keeps it. */
-            uint8_t *t = *(uint8_t **)pycds_place_at(p, e & ~(uint32_t)7u);
-            f->tail_shared |= (e & ~(uint32_t)7u) < p->root_off
-                              && (uintptr_t)t >= (uintptr_t)p->tail
-                              && (uintptr_t)t - (uintptr_t)p->tail < p->len - p->root_off;
-            continue;
-        }
-        if (kind == PYCDS_RELOC_EXTERNAL || kind == PYCDS_RELOC_DATA) {
-            continue;
-        }
         PyObject *target = *(PyObject **)pycds_place_at(p, e & ~(uint32_t)7u);
         PyTypeObject *t = Py_TYPE(target);
         if (kind == PYCDS_RELOC_INTERN) {
-            /* apply_relocations() put the target in the chunk; the string
-             * must fit in its part too before its code units are hashed. */
-            if (t != &PyUnicode_Type
-                || pycds_object_size(target, pycds_place_room(p, target)) == 0) {
+            if (t != &PyUnicode_Type) {
                 return pycds_fail(PYCDS_E_CORRUPT, "INTERN slot is not a str");
             }
             f->nintern++;
+            /* (hash: -1 as written, set here by an earlier slot.) */
+            if (pycds_strtab_met(a, f->num[i])
+                || ((PyASCIIObject *)target)->hash != -1) {
+                continue;
+            }
+            /* The string must fit in its part before its code units are
+             * hashed. */
+            if (pycds_object_size(target, pycds_place_room(p, target)) == 0) {
+                return pycds_fail(PYCDS_E_CORRUPT, "INTERN slot is not a str");
+            }
             pycds_layout_str_prehash(target);
-            f->fix[si++] = e;
         }
         else if (kind == PYCDS_RELOC_SINGLETON) {
             if (!pycds_image_contains(t, sizeof(PyTypeObject))) {
                 return pycds_fail(PYCDS_E_CORRUPT, "slot target has no static type");
             }
-            f->fix[si++] = e;
         }
-        else {
-            if (t != &PyTuple_Type) {
-                return pycds_fail(PYCDS_E_CORRUPT, "FROZENSET slot is not a tuple");
-            }
-            f->fix[fi++] = e;
+        else if (t != &PyTuple_Type) {
+            return pycds_fail(PYCDS_E_CORRUPT, "FROZENSET slot is not a tuple");
         }
     }
     return PYCDS_OK;
@@ -309,10 +318,10 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
         }
     }
     if (rc == PYCDS_OK) {
-        rc = apply_relocations(&p, rel, c->reloc_count, a->reloc_count, f->num);
+        rc = apply_relocations(&p, rel, a->reloc_count, f);
     }
     if (rc == PYCDS_OK) {
-        rc = fill_fixups(&p, rel, f);
+        rc = check_fixups(a, &p, f);
     }
     if (rc == PYCDS_OK && a->verify) {
         f->rel = own;
