@@ -307,9 +307,14 @@ class AlexNet(_StateDictModel):
             Dropout(), _linear(sd, "classifier.4"), ReLU(True),
             _linear(sd, "classifier.6"),
         )
+        self._workspace = _Workspace()
 
     def __call__(self, x):
         """Logits.
+
+        The features run on BF16 NHWC activations, as ResNet50's: each
+        convolution's bias and ReLU are fused into its GEMM
+        (``Conv2d.bf16``), and the pools read the BF16 bits.
 
         Parameters
         ----------
@@ -320,8 +325,15 @@ class AlexNet(_StateDictModel):
         -------
         ndarray of float32, shape (N, num_classes)
         """
-        x = self.features(F.to_nhwc(np.asarray(x, np.float32)))  # (N, H', W', 256)
-        x = self.avgpool(x)  # (N, 6, 6, 256)
+        x = F.as_bf16(F.to_nhwc(np.asarray(x, np.float32)))  # (N, H, W, 3) BF16
+        f, ws = self.features, self._workspace
+        for conv, pool in ((f[0], f[2]), (f[3], f[5]), (f[6], None), (f[8], None),
+                           (f[10], f[12])):
+            x = conv.bf16(x, relu=True, workspace=ws(_cols_elems(conv, x.shape)))
+            if pool is not None:
+                # Non-negative BF16 bits pool exactly as int16 (their order is the values').
+                x = pool(x.view(np.int16)).view(np.uint16)
+        x = self.avgpool(F.as_float32(x))  # (N, 6, 6, 256)
         return self.classifier(self.flatten(x))  # (N, 9216) -> (N, num_classes)
 
 
