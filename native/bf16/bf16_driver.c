@@ -20,10 +20,12 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -44,7 +46,7 @@
 #define MC_TILES 20         /* MR tiles per A block */
 /* Work chunks per thread, for dynamic balance.  Panel chunks each re-read
  * all of A, so there are fewer of them. */
-#define ROW_CHUNKS_PER_THREAD 4
+#define ROW_CHUNKS_PER_THREAD 8
 #define PANEL_CHUNKS_PER_THREAD 2
 #define DIRECT_MAX_PANELS 8  /* read A in place up to this many panels */
 #define MIN_FLOPS_PER_THREAD (1LL << 24)  /* work worth a thread's wake-up */
@@ -1342,13 +1344,56 @@ static struct {
     pthread_cond_t done;      /* busy reached 0 */
     int nthreads;             /* workers started */
     int in_use;               /* a call owns the pool */
-    unsigned long long seq;   /* job number */
+    atomic_ullong seq;        /* job number (written under mu; polled) */
     gemm_t *job;
-    int busy;                 /* workers still on the job */
+    atomic_int busy;          /* workers still on the job (likewise) */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
           PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, 0};
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static int pool_ok;
+
+/* Poll ready(arg) for at most POOL_SPIN_NS; returns whether it became
+ * true (workers: a new job; the caller: every worker done).  Waking a thread asleep on a condition variable took about 30 us
+ * here (a 2-thread 256^3 product ran no faster than a 1-thread one), paid
+ * at each end of every call; back-to-back calls (a network's layers) find
+ * the other side still polling.  Unlike OpenBLAS's 0.1 s of sched_yield,
+ * the 100 us cost a later numpy call next to nothing. */
+#define POOL_SPIN_NS 100000
+static int
+pool_spin(int (*ready)(unsigned long long), unsigned long long arg)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        for (int i = 0; i < 8; i++) {
+            if (ready(arg)) {
+                return 1;
+            }
+            /* Yield rather than pause: another process's thread waiting
+             * for this CPU gets it (a chunk-holding thread of this call
+             * included). */
+            sched_yield();
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec)
+            > POOL_SPIN_NS) {
+            return 0;
+        }
+    }
+}
+
+static int
+job_posted(unsigned long long seen)
+{
+    return atomic_load_explicit(&pool.seq, memory_order_relaxed) != seen;
+}
+
+static int
+job_done(unsigned long long unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&pool.busy, memory_order_relaxed) == 0;
+}
 
 /* arg: the job number before the job it was started for (its creator
  * read it holding the lock, then posted that job). */
@@ -1370,6 +1415,9 @@ pool_worker(void *arg)
         if (--pool.busy == 0) {
             pthread_cond_signal(&pool.done);
         }
+        pthread_mutex_unlock(&pool.mu);
+        pool_spin(job_posted, seen);
+        pthread_mutex_lock(&pool.mu);
     }
     return NULL;
 }
@@ -1446,6 +1494,7 @@ run_threads(gemm_t *g, int nt)
     }
     if (pooled) {
         work_here(g);
+        pool_spin(job_done, 0);
         pthread_mutex_lock(&pool.mu);
         while (pool.busy > 0) {
             pthread_cond_wait(&pool.done, &pool.mu);
