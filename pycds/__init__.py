@@ -61,6 +61,51 @@ _STOCK_SEARCH = tuple(
                        (_bootstrap_external.FileFinder, ("find_spec",)))
     for name in names)
 
+def _hook_parts():
+    # What importlib's own path hooks run for a directory (PathFinder's
+    # _path_hooks, zipimporter's and FileFinder's constructors, the stat
+    # helpers they call, the working directory for '': importlib/
+    # _bootstrap_external.py and zipimport.py, 3.10-3.13), as a program
+    # may replace them.
+    b = _bootstrap_external
+    zipimporter = getattr(sys.modules.get("zipimport"), "zipimporter", None)
+    return (b.PathFinder.__dict__.get("_path_hooks"), b.FileFinder.__dict__.get("__init__"),
+            zipimporter, getattr(zipimporter, "__init__", None),
+            b._path_isdir, b._path_stat, b._path_is_mode_type, b._os.getcwd)
+
+
+_STOCK_HOOKS = _hook_parts()
+# The code of the closure FileFinder.path_hook makes.
+_FILE_FINDER_HOOK = _bootstrap_external.FileFinder.path_hook().__code__
+_FUNCTION = type(_hook_parts)
+
+
+def path_hooks_stock():
+    """Whether every entry of ``sys.path_hooks`` is importlib's own
+    (zipimporter, or FileFinder.path_hook's closure for FileFinder itself)
+    and what they run is as pycds started with it: running them for a
+    directory runs no code of the program and changes nothing but what
+    ``PathFinder`` stores in ``sys.path_importer_cache``.  Never raises."""
+    try:
+        if _hook_parts() != _STOCK_HOOKS:
+            return False
+        zipimporter = _STOCK_HOOKS[2]
+        hooks = sys.path_hooks
+        if type(hooks) is not list or not hooks:
+            return False
+        for hook in hooks:
+            if hook is zipimporter and zipimporter is not None:
+                continue
+            code = hook.__code__ if type(hook) is _FUNCTION else None
+            if code is not _FILE_FINDER_HOOK or \
+                    hook.__closure__[code.co_freevars.index("cls")].cell_contents \
+                    is not _bootstrap_external.FileFinder:
+                return False
+    except Exception:
+        return False
+    return True
+
+
 # FileFinder's (suffix, loader) pairs as its default path hook makes them
 # (FileFinder.__init__ and _install in importlib/_bootstrap_external.py).
 FILE_LOADERS = [(suffix, loader)

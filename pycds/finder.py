@@ -22,18 +22,19 @@ the archive's format pycds._archive's.  Imports only builtins and importlib
 (already loaded at start-up: ``_frozen_importlib_external`` is what
 importlib.machinery re-exports).  The native module is loaded on the first
 archive hit; pycds._search and pycds._pyc where a hit is judged in Python
-(a search meeting a path entry not in sys.path_importer_cache yet, a
-changed directory, a moved tree, PYCDSCHECK=hash).
+(a changed directory, a moved tree, a program's path hook, PYCDSCHECK=hash).
 """
 
 import _thread
 import os
 import sys
 import time
-from _frozen_importlib_external import PathFinder, SourceFileLoader, spec_from_file_location
+from _frozen_importlib_external import (PathFinder, SourceFileLoader, _os,
+                                        _path_isdir, spec_from_file_location)
 from _imp import _fix_co_filename
 
-from . import _archive, _config, imported_by_interpreter, loader_patched, search_replayable
+from . import (_archive, _config, imported_by_interpreter, loader_patched, path_hooks_stock,
+               search_replayable)
 from ._config import MODE_AUTO
 from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
@@ -503,11 +504,72 @@ def _hooks_pending(search):
     cache = sys.path_importer_cache
     try:
         for step in search[0]:
-            if (step[0] or os.getcwd()) not in cache:
+            if (step[0] or _getcwd()) not in cache:
                 return True
     except Exception:
         return True
     return False
+
+
+def _run_stock_hooks(search, path):
+    """Put a finder in ``sys.path_importer_cache`` for each entry of the
+    recorded ``search`` that has none, with ``PathFinder``'s own
+    ``_path_importer_cache``, as ``PathFinder`` does on its way through
+    them: while the path list (``path``, or ``sys.path`` for None) begins
+    with the recorded entries, each a directory, and the search and its
+    path hooks are importlib's own (``search_replayable``,
+    ``path_hooks_stock``).  Returns the ``(key, finder)`` pairs it added,
+    for :func:`_take_back`: none where it ran no hook, or where one raised
+    (the search runs them again then, as plain import does, and raises what
+    they raise).  Raises only what the program raised through it."""
+    added = []
+    if search is None or not search_replayable() or not path_hooks_stock():
+        return added
+    if path is None:
+        path = sys.path
+    cache = sys.path_importer_cache
+    try:
+        steps = search[0]
+        if type(path) is not list or len(path) < len(steps) or type(cache) is not dict:
+            return added
+        for i, step in enumerate(steps):
+            entry = path[i]
+            if type(entry) is not str or entry != step[0]:
+                break
+            key = entry or _getcwd()
+            if key in cache:
+                continue
+            # (Not a directory: zipimporter would read a file plain import
+            # may never reach.)
+            if not _path_isdir(key):
+                break
+            finder = PathFinder._path_importer_cache(entry)
+            if cache.get(key, _MISSING) is finder:
+                added.append((key, finder))
+    except BaseException as e:
+        _take_back(added)
+        if isinstance(e, Exception) and not program_raised(e):
+            return []
+        raise
+    return added
+
+
+def _take_back(added):
+    """Remove from ``sys.path_importer_cache`` what :func:`_run_stock_hooks`
+    put there (where it is still there): the search that follows runs the
+    hooks where plain import would."""
+    cache = sys.path_importer_cache
+    for key, finder in added:
+        try:
+            if cache.get(key, _MISSING) is finder:
+                del cache[key]
+        except Exception:
+            pass
+
+
+_MISSING = object()
+# PathFinder's: the working directory for the path entry ''.
+_getcwd = _os.getcwd
 
 
 def _cached(spec, entry):
@@ -589,20 +651,7 @@ class CDSFinder:
                 archive.disable(f"index unreadable ({e})", damaged=True)
             return None
         if verdict:
-            # The native verdict: the search replays and the files are the
-            # dumped ones (native/archive/loader/find.c); the spec built as
-            # pycds._search builds it, with the .pyc path as ModuleSpec
-            # computes it (_cached).
-            e = facts[0]
-            origin, pkg_dir = e[2], e[20][1]
-            loader = SourceFileLoader(fullname, origin)
-            spec = spec_from_file_location(
-                fullname, origin, loader=loader,
-                submodule_search_locations=None if pkg_dir is None else [pkg_dir])
-            spec._cached = e[8]
-            _counters["searches_replayed"] += 1
-            ArchivedCode.install(loader, _ChunkRef(fullname, e[0], e[14], e[5], e[6]), archive)
-            return spec
+            return self._verdict_spec(fullname, facts[0])
         if entry is None:
             missed.add(fullname)
             if _verbose >= 2:
@@ -635,6 +684,10 @@ class CDSFinder:
             # The search runs path hooks (as PathFinder would): the native
             # call's stats, taken before them, may be out of date.
             facts = None
+            if archive.check == "mtime":
+                spec = self._after_stock_hooks(fullname, path, entry)
+                if spec is not None:
+                    return spec
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
         replays = _search_mod.replayed if _search_mod is not None else 0
@@ -687,6 +740,45 @@ class CDSFinder:
                              _ChunkRef(fullname, entry.number, entry.chunk_len,
                                        mtime_ns, size), archive)
         return spec
+
+    def _verdict_spec(self, fullname, e):
+        """The spec of a native verdict for index entry tuple ``e``: the
+        search replays and the files are the dumped ones
+        (native/archive/loader/find.c).  Built as pycds._search builds it,
+        with the .pyc path as ModuleSpec computes it (_cached)."""
+        origin, pkg_dir = e[2], e[20][1]
+        loader = SourceFileLoader(fullname, origin)
+        spec = spec_from_file_location(
+            fullname, origin, loader=loader,
+            submodule_search_locations=None if pkg_dir is None else [pkg_dir])
+        spec._cached = e[8]
+        _counters["searches_replayed"] += 1
+        ArchivedCode.install(loader, _ChunkRef(fullname, e[0], e[14], e[5], e[6]),
+                             self.archive)
+        return spec
+
+    def _after_stock_hooks(self, fullname, path, entry):
+        """The native verdict once importlib's own path hooks have run for
+        the recorded search's entries that had no finder (the program's
+        first import from a directory: ``sys.path[0]``, a package's
+        ``__path__``), or None, the hooks' work taken back (pycds._search
+        then runs them where PathFinder would).  Those hooks run no code of
+        the program, so running them before the search is running them
+        during it.  Raises only what the program raised through it."""
+        added = _run_stock_hooks(entry.search, path)
+        if not added:
+            return None
+        try:
+            facts = self.archive.fast.hit(fullname, path)
+            if facts and facts.pop() and search_replayable() and not loader_patched():
+                return self._verdict_spec(fullname, facts[0])
+        except BaseException as e:
+            _take_back(added)
+            if isinstance(e, Exception) and not program_raised(e):
+                return None
+            raise
+        _take_back(added)
+        return None
 
     def invalidate_caches(self):
         pass

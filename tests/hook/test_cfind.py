@@ -434,18 +434,19 @@ def test_share_serves_through_the_native_hit_path(tmp_path):
 
 def test_a_replayed_program_is_found_from_the_stamps(tmp_path):
     # Every hit of a program whose directories are as the dump recorded
-    # them is found from the stamps, by the native verdict or (the first
-    # one, whose search meets the script's directory before it is in
-    # sys.path_importer_cache) by pycds._search; the Python rules are
-    # imported for that one only.  The directories are older than the two
-    # seconds a racy stamp would be (pycds._search).
+    # them is found from the stamps by the native verdict, also those whose
+    # search meets a directory not in sys.path_importer_cache yet (the
+    # script's, a package's): importlib's own path hooks run for it first.
+    # The Python rules are never imported.  The directories are older than
+    # the two seconds a racy stamp would be (pycds._search).
     app, arc = tmp_path / "app", tmp_path / "arc"
     app.mkdir()
     arc.mkdir()
     (app / "appmod.py").write_text("import json\nX = 1\n")
     (app / "prog.py").write_text(
         "import appmod, sys, pycds\n"
-        "print(appmod.X, pycds.stats()['searches_replayed'])\n")
+        "print(appmod.X, pycds.stats()['searches_replayed'],\n"
+        "      'pycds._search' in sys.modules, 'pycds._pyc' in sys.modules)\n")
     img = str(arc / "a.img")
     plain = run_python(["prog.py"], cwd=app)      # (writes app/__pycache__)
     time.sleep(2.1)
@@ -455,7 +456,143 @@ def test_a_replayed_program_is_found_from_the_stamps(tmp_path):
     assert r.rc == 0 and r.out.split()[0] == "1" == plain.out.split()[0], (plain, r)
     served = r.served()
     assert "appmod" in served and "json.decoder" in served, r
-    assert int(r.out.split()[1]) == len(served), r
+    assert r.out.split()[1:] == [str(len(served)), "False", "False"], r
+
+
+def dumped_app(tmp_path, files, prog):
+    """``tmp_path/app`` with ``files`` (path -> text; a path ending in "/"
+    is a directory) and ``prog.py``, its modules compiled to timestamp
+    ``.pyc`` files and its directories older than a racy stamp
+    (pycds._search), dumped by a run of ``prog.py``: (app, archive path)."""
+    import compileall
+    app = tmp_path / "app"
+    app.mkdir()
+    for rel, text in files.items():
+        if rel.endswith("/"):
+            (app / rel).mkdir(parents=True)
+        else:
+            (app / rel).parent.mkdir(parents=True, exist_ok=True)
+            (app / rel).write_text(text)
+    (app / "prog.py").write_text(prog)
+    compileall.compile_dir(str(app), quiet=1)
+    time.sleep(2.1)
+    img = str(tmp_path / "a.img")
+    assert run_python(["prog.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+    return app, img
+
+
+CACHE_PROG = """\
+import os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(here, d) for d in ("gen", "lib")]
+def cached():
+    return sorted(os.path.relpath(key, here) + " " + type(finder).__name__
+                  for key, finder in sys.path_importer_cache.items()
+                  if key.startswith(here))
+import m
+print(m.WHERE, cached())
+import pkg.sub
+print(pkg.sub.WHERE, cached())
+"""
+
+
+@pytest.mark.parametrize("change", ["none", "shadowed", "package shadowed"])
+def test_the_path_importer_cache_is_left_as_plain_import_leaves_it(tmp_path, change):
+    # The entries of a search not in sys.path_importer_cache yet get their
+    # finders (importlib's own hooks run before the native verdict); where
+    # the verdict is no (a module now found earlier on the path), they are
+    # taken out again, and plain import's search puts in only those it
+    # reaches.
+    app, img = dumped_app(tmp_path, {"gen/": "", "lib/m.py": "WHERE = 'lib'\n",
+                                     "lib/pkg/__init__.py": "",
+                                     "lib/pkg/sub.py": "WHERE = 'lib'\n"}, CACHE_PROG)
+    if change == "shadowed":
+        (app / "gen" / "m.py").write_text("WHERE = 'gen'\n")
+    elif change == "package shadowed":
+        (app / "gen" / "pkg").mkdir()
+        (app / "gen" / "pkg" / "__init__.py").write_text("")
+        (app / "gen" / "pkg" / "sub.py").write_text("WHERE = 'gen'\n")
+    share = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+    plain = run_python(["prog.py"], cwd=app)
+    assert plain.rc == 0 and ("lib FileFinder" in plain.out.splitlines()[0]) \
+        == (change != "shadowed"), plain
+    assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
+    assert ("m" in share.served()) == (change != "shadowed"), share
+    assert ("pkg.sub" in share.served()) == (change != "package shadowed"), share
+
+
+SHADOW_PROG = """\
+import os, sys, zipimport
+from importlib.machinery import PathFinder
+here = os.path.dirname(os.path.abspath(__file__))
+calls, opened = [], []
+if os.environ.get("PATCH"):
+    hooks = PathFinder._path_hooks
+    def logged(path):
+        calls.append(os.path.relpath(path, here))
+        return hooks(path)
+    PathFinder._path_hooks = staticmethod(logged)
+def audit(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0].endswith("zipped"):
+        opened.append(os.path.relpath(args[0], here))
+sys.addaudithook(audit)
+sys.path[:0] = [os.path.join(here, d) for d in ("a", "zipped", "c")]
+import m
+print(m.WHERE, calls, opened, sorted(os.path.relpath(p, here)
+                                     for p in zipimport._zip_directory_cache))
+"""
+
+
+@pytest.mark.parametrize("patch", ["", "1"])
+def test_hooks_plain_import_does_not_reach_do_not_run(tmp_path, patch):
+    # A module now found before the directory the dump found it in: plain
+    # import runs no hook past it, and reads no zip file there (a directory
+    # of the recorded search, now a zip file); nor does SHARE, also when
+    # the program wraps PathFinder._path_hooks.
+    import zipfile
+    app, img = dumped_app(tmp_path, {"a/": "", "zipped/": "", "c/m.py": "WHERE = 'c'\n"},
+                          SHADOW_PROG)
+    (app / "a" / "m.py").write_text("WHERE = 'a'\n")
+    (app / "zipped").rmdir()
+    with zipfile.ZipFile(app / "zipped", "w") as z:
+        z.writestr("other.py", "")
+    share = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img, PATCH=patch)
+    plain = run_python(["prog.py"], cwd=app, PATCH=patch)
+    assert plain.rc == 0 and plain.out == "a %s [] []\n" % (["a"] if patch else []), plain
+    assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
+
+
+HOOK_CLASS_PROG = """\
+import os, sys
+from importlib.machinery import FileFinder
+here = os.path.dirname(os.path.abspath(__file__))
+made = []
+class Finder(FileFinder):
+    def __init__(self, path, *details):
+        made.append(os.path.relpath(path, here))
+        super().__init__(path, *details)
+hook = sys.path_hooks[-1]
+if os.environ.get("HOOK"):
+    sys.path_hooks[-1] = Finder.path_hook(*hook.__closure__[
+        hook.__code__.co_freevars.index("loader_details")].cell_contents)
+    sys.path_importer_cache.clear()
+sys.path.insert(0, os.path.join(here, "lib"))
+import m
+print(m.WHERE, made)
+"""
+
+
+def test_a_program_hook_like_importlibs_runs_as_plain_import_runs_it(tmp_path):
+    # FileFinder.path_hook of a program's FileFinder subclass is the
+    # closure importlib's own hook is, for another class: running it runs
+    # the program's code, so it runs where PathFinder runs it, and as often
+    # (dumped with importlib's hook, so that the search was recorded).
+    app, img = dumped_app(tmp_path, {"lib/m.py": "WHERE = 'lib'\n"}, HOOK_CLASS_PROG)
+    share = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img, HOOK="1")
+    plain = run_python(["prog.py"], cwd=app, HOOK="1")
+    assert plain.rc == 0 and plain.out.startswith("lib ['lib']"), plain
+    assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
 
 
 def test_a_search_method_replaced_before_the_first_import_is_called(tmp_path):
