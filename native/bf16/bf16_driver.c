@@ -41,7 +41,9 @@
 #include <immintrin.h>
 #endif
 
-#define KC 512              /* k values per K block (multiple of 8) */
+#define KC 2048             /* k values per K block (multiple of 4) */
+#define KC_F32 512          /* ... for the fp32 kernels, whose B micro-panel
+                             * is widened into a buffer (multiple of 8) */
 #define BUF_ALIGN 64        /* packing buffers: cache-line aligned */
 #define MC_TILES 20         /* MR tiles per A block */
 /* Work chunks per thread, for dynamic balance.  Panel chunks each re-read
@@ -1097,7 +1099,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     /* Few rows (inference batches): B is streamed once from memory, so read
      * each panel front to back in one pass instead of in KC blocks. */
     const int few = m1 - m0 <= 2 * mr;
-    int64_t kcu_max = few ? kunits : KC / ku;
+    int64_t kcu_max = few ? kunits : (f32 ? KC_F32 : KC) / ku;
     /* Equal K blocks (no short tail block, which would pay a full C
      * read-modify-write for little work). */
     kcu_max = ceil_div(kunits, ceil_div(kunits, kcu_max));

@@ -193,11 +193,13 @@ class TestSbgemmShapes:
 
     @pytest.mark.parametrize("m, n, k", [(300, 200, 700), (2000, 20, 500),
                                          (97, 33, 1025), (60, 300, 64),
-                                         (30, 520, 34), (20, 1100, 1600)])
+                                         (30, 520, 34), (20, 1100, 1600),
+                                         (50, 100, 2200)])
     def test_blocking_and_threads(self, kernel, m, n, k):
         # Covers: 2 threads split over M rows (A read in place when a thread
         # feeds <= 8 B panels) or over N panels (few rows), packed A (odd K,
-        # or > 8 panels per thread), and several K blocks.
+        # or > 8 panels per thread), and several K blocks (KC is 512 for
+        # the FMA kernels, 2048 for the others).
         rng = np.random.default_rng(m + n + k)
         a, b = rand_bf16(rng, (m, k)), rand_bf16(rng, (k, n))
         c0 = rng.standard_normal((m, n)).astype(np.float32)
