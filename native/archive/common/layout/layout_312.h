@@ -441,6 +441,22 @@ pycds_layout_intern(PyObject **slot)
      *      NDEBUG comes with the interpreter's own CFLAGS, which build this
      *      module), nor a tail's (it would keep its tail page). */
     PyObject *s = *slot;
+#if !defined(Py_DEBUG) && defined(NDEBUG)
+    if (_Py_IsImmortal(s)) {
+        /* Cases 1 and 2 in one call: the interpreter's own interning looks
+         * the static strings up first, then this interpreter's interned
+         * dict, and inserts s only where neither has its value. */
+#  if PYCDS_313
+        _PyUnicode_InternImmortal(PyInterpreterState_Get(), slot);
+#  else
+        PyUnicode_InternInPlace(slot);
+#  endif
+        if (PyErr_Occurred()) {
+            return pycds_fail_python("interning a string");
+        }
+        return PYCDS_OK;
+    }
+#endif
     _Py_hashtable_t *statics = _PyRuntime.cached_objects.interned_strings;
     if (statics != NULL) {
         PyObject *r = (PyObject *)_Py_hashtable_get(statics, s);
@@ -461,19 +477,6 @@ pycds_layout_intern(PyObject **slot)
             return pycds_fail_python("looking up an interned string");
         }
     }
-#if !defined(Py_DEBUG) && defined(NDEBUG)
-    if (_Py_IsImmortal(s)) {
-#  if PYCDS_313
-        _PyUnicode_InternImmortal(interp, slot);
-#  else
-        PyUnicode_InternInPlace(slot);
-#  endif
-        if (PyErr_Occurred()) {
-            return pycds_fail_python("interning a string");
-        }
-        return PYCDS_OK;
-    }
-#endif
     PyObject *fresh = PyUnicode_FromKindAndData(PyUnicode_KIND(s),
                                                 PyUnicode_DATA(s),
                                                 PyUnicode_GET_LENGTH(s));
