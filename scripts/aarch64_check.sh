@@ -1,0 +1,257 @@
+#!/bin/sh
+# Check pycds on aarch64 Linux, emulated: an arm64 Debian bookworm chroot
+# run through qemu-user (binfmt_misc), the repository's working tree
+# installed in a venv there, then a DUMP/SHARE round trip of a program
+# (json, argparse, email, decimal, and flask where it installs) under each
+# page size of $PYCDS_ARM64_PAGES (4, 16 and 64 KiB by default: qemu-user's
+# QEMU_PAGESIZE, as aarch64 kernels use 4, 16 or 64 KiB pages).  Each page
+# size: a plain run, a DUMP run and two SHARE runs (PYCDSRELEASE=1, the
+# default that gives pages back, and =protect) must print the same stdout,
+# and SHARE must serve the program's modules without a warning.
+#
+# Usage (as root: chroot, mount):
+#     scripts/aarch64_check.sh [CHROOT_DIR]
+# CHROOT_DIR (or $PYCDS_ARM64_ROOT) defaults to /tmp/pycds-arm64; it is made
+# once (debootstrap, a few minutes) and reused after.  Optional:
+#     PYCDS_ARM64_PAGES="4096 65536"     page sizes to check
+#     PYCDS_ARM64_TESTS="tests/native/test_pagesize.py tests/hook -x"
+#                                        pytest arguments, run in the chroot
+#                                        under each page size as well
+# Emulated, everything runs 5-20x slower than native: the first run takes
+# a few minutes to make the chroot plus a few to build pycds there.
+#
+# Exit status: 0 pass, 1 check failed, 2 setup failed, 77 cannot run here
+# (not root, no binfmt_misc, tools missing and no apt-get).
+set -eu
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+ROOT=${1:-${PYCDS_ARM64_ROOT:-/tmp/pycds-arm64}}
+PAGES=${PYCDS_ARM64_PAGES:-4096 16384 65536}
+TESTS=${PYCDS_ARM64_TESTS:-}
+SUITE=bookworm
+MIRROR=${PYCDS_ARM64_MIRROR:-http://deb.debian.org/debian}
+VENV=/opt/pycds-venv          # inside the chroot
+SRC=/src/pycds                # inside the chroot
+
+say() { echo "aarch64_check: $*"; }
+die() { code=$1; shift; echo "aarch64_check: $*" >&2; exit "$code"; }
+
+[ "$(id -u)" = 0 ] || die 77 "needs root (chroot, mount, binfmt_misc)"
+
+# ---- tools: qemu-user-static and debootstrap, from Debian's packages ------
+need=
+command -v qemu-aarch64-static >/dev/null 2>&1 || need="$need qemu-user-static"
+command -v debootstrap >/dev/null 2>&1 || need="$need debootstrap"
+if [ -n "$need" ]; then
+    command -v apt-get >/dev/null 2>&1 || die 77 "missing:$need (and no apt-get)"
+    say "installing$need"
+    apt-get install -y $need >/dev/null || die 2 "apt-get install$need failed"
+fi
+
+# ---- binfmt_misc: the kernel hands aarch64 ELF files to qemu --------------
+BINFMT=/proc/sys/fs/binfmt_misc
+if [ ! -e "$BINFMT/register" ]; then
+    mount -t binfmt_misc binfmt_misc "$BINFMT" 2>/dev/null \
+        || die 77 "cannot mount binfmt_misc (a container without it?)"
+fi
+if [ ! -e "$BINFMT/qemu-aarch64" ]; then
+    conf=/usr/lib/binfmt.d/qemu-aarch64.conf
+    [ -r "$conf" ] || die 2 "no $conf to register qemu-aarch64 with"
+    # The F flag opens the interpreter now, so it also runs in the chroot.
+    grep -v '^#' "$conf" > "$BINFMT/register" \
+        || die 77 "cannot register qemu-aarch64 with binfmt_misc"
+fi
+grep -q '^enabled' "$BINFMT/qemu-aarch64" || die 77 "qemu-aarch64 binfmt is disabled"
+grep -q '^flags:.*F' "$BINFMT/qemu-aarch64" \
+    || die 77 "qemu-aarch64 binfmt lacks the F flag: it cannot run in a chroot"
+
+# ---- the chroot, made once ------------------------------------------------
+# debootstrap deletes its work directory ($ROOT/debootstrap) when it ends
+# well: without it and with a python3, the chroot is complete.
+if [ -d "$ROOT/debootstrap" ]; then
+    say "$ROOT holds an unfinished debootstrap: starting it again"
+    rm -rf "$ROOT"
+fi
+if [ ! -x "$ROOT/usr/bin/python3" ] || [ ! -x "$ROOT/usr/bin/gcc" ]; then
+    if [ -e "$ROOT" ] && [ -n "$(ls -A "$ROOT" 2>/dev/null)" ]; then
+        die 2 "$ROOT is not empty and not a finished chroot; remove it or pick another"
+    fi
+    say "making an arm64 $SUITE chroot in $ROOT (a few minutes)"
+    debootstrap --arch=arm64 --include=python3,python3-venv,python3-dev,gcc,python3-pip \
+        "$SUITE" "$ROOT" "$MIRROR" > "$ROOT.debootstrap.log" 2>&1 \
+        || die 2 "debootstrap failed: see $ROOT.debootstrap.log"
+else
+    say "reusing the chroot in $ROOT"
+fi
+
+# What pip needs to reach the registry from inside.
+mkdir -p "$ROOT/etc/ssl/certs"
+cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+[ -r /etc/pip.conf ] && cp -L /etc/pip.conf "$ROOT/etc/pip.conf"
+for ca in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
+    if [ -r "$ca" ]; then
+        mkdir -p "$ROOT$(dirname "$ca")"
+        cp -L "$ca" "$ROOT$ca"
+    fi
+done
+
+# /proc inside (the writer reads /proc/self/fd); unmounted again at exit
+# if this run mounted it.
+MOUNTED=
+cleanup() { [ -z "$MOUNTED" ] || umount "$ROOT/proc" 2>/dev/null || true; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+if ! mountpoint -q "$ROOT/proc"; then
+    mount -t proc proc "$ROOT/proc" || die 2 "cannot mount proc in $ROOT"
+    MOUNTED=1
+fi
+
+# Run a command in the chroot with a clean environment (plus $@'s VAR=value
+# words before the command).
+in_chroot() {
+    chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
+        LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_DEFAULT_TIMEOUT=180 \
+        ${PIP_INDEX_URL:+PIP_INDEX_URL=$PIP_INDEX_URL} "$@"
+}
+
+in_chroot /usr/bin/python3 -c 'import platform, sys; assert platform.machine() == "aarch64", platform.machine()' \
+    || die 2 "the chroot's python3 does not run as aarch64"
+
+# ---- the repository, copied fresh: tracked and untracked files -----------
+say "copying the working tree of $REPO"
+rm -rf "$ROOT$SRC"
+mkdir -p "$ROOT$SRC"
+(cd "$REPO" && git ls-files -z --cached --others --exclude-standard \
+    | xargs -0 cp --parents -t "$ROOT$SRC" 2>/dev/null) \
+    || die 2 "cannot copy $REPO into the chroot"
+
+# ---- venv and pycds --------------------------------------------------------
+if [ ! -x "$ROOT$VENV/bin/python" ]; then
+    say "making the venv $VENV"
+    in_chroot /usr/bin/python3 -m venv "$VENV" || die 2 "venv failed"
+fi
+PY="$VENV/bin/python"
+if ! in_chroot "$PY" -c 'import cffi, pytest, hypothesis, setuptools, wheel' 2>/dev/null; then
+    say "installing cffi, setuptools, wheel, pytest, hypothesis, xxhash"
+    in_chroot "$PY" -m pip install -q "setuptools>=61" wheel "cffi>=1.16" pytest hypothesis xxhash \
+        || die 2 "pip install of the build and test requirements failed"
+    # Optional: only as wheels (a source build of numpy emulated takes hours).
+    in_chroot "$PY" -m pip install -q --only-binary=:all: numpy \
+        || say "numpy: no aarch64 wheel, going on without it"
+    in_chroot "$PY" -m pip install -q flask || say "flask did not install, going on without it"
+fi
+# Built again only when what goes into the install changed since the last
+# one (not for a change to the tests, docs or scripts).
+SUM=$(cd "$ROOT$SRC" && find . -type f ! -path './tests/*' ! -path './docs/*' \
+      ! -path './scripts/*' ! -path './benchmarks/*' ! -path './examples/*' -print0 \
+      | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+STAMP="$ROOT$VENV/.pycds-src-sha256"
+if [ "$(cat "$STAMP" 2>/dev/null)" = "$SUM" ] && in_chroot "$PY" -c 'import pycds._native' 2>/dev/null; then
+    say "pycds already installed from this very tree"
+else
+    say "building and installing pycds (a few minutes emulated)"
+    rm -f "$STAMP"
+    in_chroot "$PY" -m pip install -q --no-build-isolation --no-deps --force-reinstall "$SRC" \
+        > "$ROOT/tmp/pycds-install.log" 2>&1 \
+        || { tail -30 "$ROOT/tmp/pycds-install.log" >&2; die 2 "pip install of pycds failed"; }
+    echo "$SUM" > "$STAMP"
+fi
+
+# ---- the round trip --------------------------------------------------------
+cat > "$ROOT/tmp/pycds_roundtrip.py" <<'EOF'
+"""plain, DUMP and SHARE runs of one program in fresh interpreters; exit 1
+unless they print the same and SHARE serves the program's modules."""
+import os
+import subprocess
+import sys
+import tempfile
+
+PROGRAM = r'''
+import argparse, decimal, email.message, email.utils, json, sys
+try:
+    import flask
+except ImportError:
+    flask = None
+p = argparse.ArgumentParser(prog="check")
+p.add_argument("--n", type=int, default=7)
+args = p.parse_args([])
+m = email.message.EmailMessage()
+m["Subject"] = "pages"
+m["Date"] = email.utils.formatdate(0, usegmt=True)
+m.set_content("body")
+with decimal.localcontext(prec=40):
+    d = decimal.Decimal(1) / 7
+print(json.dumps({"n": args.n, "d": str(d), "msg": m.as_string()}, sort_keys=True))
+if flask is not None:
+    app = flask.Flask("check")
+    @app.route("/<name>")
+    def hello(name):
+        return flask.jsonify(hello=name)
+    print(app.test_client().get("/arm").get_json())
+print(sorted(k for k in sys.modules if k.split(".")[0] in ("json", "email", "flask")))
+'''
+
+work = tempfile.mkdtemp(prefix="pycds-check-")
+prog = os.path.join(work, "prog.py")
+archive = os.path.join(work, "app.img")
+with open(prog, "w") as f:
+    f.write(PROGRAM)
+
+
+def run(**env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PYCDS", "PYTHON"))}
+    e["PYTHONIOENCODING"] = "utf-8"
+    e.update(env)
+    return subprocess.run([sys.executable, prog], cwd=work, env=e, capture_output=True,
+                          text=True, timeout=900)
+
+
+try:
+    import flask  # noqa: F401
+    want = {"json", "argparse", "decimal", "email.message", "flask"}
+except ImportError:
+    want = {"json", "argparse", "decimal", "email.message"}
+page = os.sysconf("SC_PAGESIZE")
+runs = {"plain": run(), "DUMP": run(PYCDSMODE="DUMP", PYCDSARCHIVE=archive)}
+for release in ("1", "protect"):
+    runs["SHARE release=" + release] = run(PYCDSMODE="SHARE", PYCDSARCHIVE=archive,
+                                           PYCDSVERBOSE="1", PYCDSRELEASE=release)
+failed = []
+for name, r in runs.items():
+    if r.returncode != 0:
+        failed.append(f"{name}: exit {r.returncode}: {r.stderr[-2000:]}")
+    elif r.stdout != runs["plain"].stdout:
+        failed.append(f"{name}: stdout differs from the plain run's:\n{r.stdout[-2000:]}")
+    if name.startswith("SHARE"):
+        lines = r.stderr.splitlines()
+        served = {l.split(" ", 2)[2].split()[0] for l in lines if l.startswith("[pycds] served ")}
+        warned = [l for l in lines if l.startswith("[pycds] warning")]
+        if warned:
+            failed.append(f"{name}: " + "\n".join(warned))
+        if not want <= served:
+            failed.append(f"{name}: not served: {sorted(want - served)}")
+        print(f"page {page}: {name}: {len(served)} modules served")
+if failed:
+    print(f"page {page}: FAILED\n" + "\n".join(failed))
+    sys.exit(1)
+print(f"page {page}: ok: plain, DUMP and SHARE print the same "
+      f"({len(runs['plain'].stdout)} bytes); served {sorted(want)}")
+EOF
+
+status=0
+for page in $PAGES; do
+    say "page size $page: plain, DUMP, SHARE"
+    if ! in_chroot QEMU_PAGESIZE="$page" "$PY" /tmp/pycds_roundtrip.py; then
+        status=1
+    fi
+    if [ -n "$TESTS" ]; then
+        say "page size $page: pytest $TESTS"
+        # shellcheck disable=SC2086  (pytest arguments, split on purpose)
+        if ! in_chroot QEMU_PAGESIZE="$page" sh -c "cd $SRC && $PY -m pytest -q -p no:cacheprovider $TESTS"; then
+            status=1
+        fi
+    fi
+done
+[ "$status" = 0 ] && say "all checks passed (pages: $PAGES)" || say "FAILED (see above)"
+exit "$status"
