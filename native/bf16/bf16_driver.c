@@ -603,6 +603,15 @@ pack_a_pairs(const uint16_t *src, int64_t rs, int mr, int ku, int64_t units,
         uint16_t *q = td + p * mr * 2;
         for (int g = 0; g < mr; g += 4) {
             const uint16_t *r = src + g * rs + p * 2;
+            if ((p & 15) == 0) {
+                /* 12 row streams are more than the hardware prefetcher
+                 * follows well: fetch each row 512 bytes ahead, once a
+                 * cache line (an integer address: no pointer past A). */
+                for (int i = 0; i < 4; i++) {
+                    _mm_prefetch((const char *)((uintptr_t)(r + i * rs) + 512),
+                                 _MM_HINT_T0);
+                }
+            }
             __m128i x0 = _mm_loadu_si128((const __m128i *)r);
             __m128i x1 = _mm_loadu_si128((const __m128i *)(r + rs));
             __m128i x2 = _mm_loadu_si128((const __m128i *)(r + 2 * rs));
