@@ -39,7 +39,11 @@ MAGIC = b"PYCDS\x00ar"
 FORMAT_VERSION = 6
 HEADER_SIZE = 256
 EMPTY = 0xFFFFFFFF
-PAGE = 4096
+# The heap section's alignment in the file (PYCDS_HEAP_ALIGN in
+# native/archive/pycds_native.h): the format's, not the page size (the loader
+# reads the heap into memory of its own), so an archive written under 4 KiB
+# pages is served under 16 or 64 KiB ones and the other way round.
+HEAP_ALIGN = 4096
 _ENTRY_READ = 1024    # bytes read at once for an index entry
 
 # Header fields: (name, offset, size).  Bytes 148..151 and 168..247 are
@@ -616,7 +620,7 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
     h.entries_len = len(entries_b)
     table, h.chunks_sum = chunk_table(entries, archive_id, strict)
     h.chunks_off = _align(h.entries_off + h.entries_len, 8)
-    h.heap_off = _align(h.chunks_off + len(table), PAGE)
+    h.heap_off = _align(h.chunks_off + len(table), HEAP_ALIGN)
     h.heap_len = heap_len
     h.reloc_off = _align(h.heap_off + heap_len, 8)
     h.reloc_count = reloc_count

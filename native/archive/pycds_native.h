@@ -126,10 +126,15 @@ int pycds_strings_renumber(uint8_t *chunk, size_t len, const uint32_t *rel,
                            uint32_t *next);
 void pycds_writer_free(pycds_writer *w);
 
+/* The heap section's alignment in the file (a multiple of it; must match
+ * HEAP_ALIGN in pycds/_archive.py).  A constant of the format, whatever
+ * the page size where the archive is written or read. */
+#define PYCDS_HEAP_ALIGN 4096
+
 /* What pycds_archive_open() needs of an archive's header and meta block
  * (docs/archive-format.md).  The caller owns it and layout_id. */
 typedef struct {
-    uint64_t heap_off;     /* heap section: file offset (page-aligned) */
+    uint64_t heap_off;     /* heap section: file offset (PYCDS_HEAP_ALIGN) */
     uint64_t heap_len;     /* ... and bytes */
     uint64_t reloc_off;    /* relocation table: file offset */
     uint64_t reloc_count;  /* ... and entries (uint32 each) */
