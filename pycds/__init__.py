@@ -61,6 +61,7 @@ _STOCK_SEARCH = tuple(
                        (_bootstrap_external.FileFinder, ("find_spec",)))
     for name in names)
 
+
 def _hook_parts():
     # What importlib's own path hooks run for a directory (PathFinder's
     # _path_hooks, zipimporter's and FileFinder's constructors, the stat
@@ -70,36 +71,54 @@ def _hook_parts():
     b = _bootstrap_external
     zipimporter = getattr(sys.modules.get("zipimport"), "zipimporter", None)
     return (b.PathFinder.__dict__.get("_path_hooks"), b.FileFinder.__dict__.get("__init__"),
+            b.FileFinder.__dict__.get("__new__"),
             zipimporter, getattr(zipimporter, "__init__", None),
             b._path_isdir, b._path_stat, b._path_is_mode_type, b._os.getcwd)
 
 
 _STOCK_HOOKS = _hook_parts()
-# The code of the closure FileFinder.path_hook makes.
-_FILE_FINDER_HOOK = _bootstrap_external.FileFinder.path_hook().__code__
-_FUNCTION = type(_hook_parts)
+
+
+def _file_finder_hooks():
+    # The closures FileFinder.path_hook made for FileFinder itself in
+    # sys.path_hooks as pycds starts (importlib's _install puts one there).
+    ff = _bootstrap_external.FileFinder
+    code = ff.path_hook().__code__
+    found = []
+    try:
+        for hook in sys.path_hooks:
+            if type(hook) is type(_hook_parts) and hook.__code__ is code and \
+                    hook.__closure__[code.co_freevars.index("cls")].cell_contents is ff:
+                found.append(hook)
+    except Exception:
+        pass
+    return tuple(found)
+
+
+_STOCK_FILE_FINDER_HOOKS = _file_finder_hooks()
 
 
 def path_hooks_stock():
-    """Whether every entry of ``sys.path_hooks`` is importlib's own
-    (zipimporter, or FileFinder.path_hook's closure for FileFinder itself)
-    and what they run is as pycds started with it: running them for a
-    directory runs no code of the program and changes nothing but what
-    ``PathFinder`` stores in ``sys.path_importer_cache``.  Never raises."""
+    """Whether every entry of ``sys.path_hooks`` is one importlib put there
+    (zipimporter, or a FileFinder hook there when pycds started) and what
+    they run is as pycds started with it: running them for a directory runs
+    no code of the program and changes nothing but what ``PathFinder``
+    stores in ``sys.path_importer_cache``.  Never raises; reads no
+    attribute of the hooks (no audit event)."""
     try:
         if _hook_parts() != _STOCK_HOOKS:
             return False
-        zipimporter = _STOCK_HOOKS[2]
+        zipimporter = _STOCK_HOOKS[3]
         hooks = sys.path_hooks
         if type(hooks) is not list or not hooks:
             return False
         for hook in hooks:
             if hook is zipimporter and zipimporter is not None:
                 continue
-            code = hook.__code__ if type(hook) is _FUNCTION else None
-            if code is not _FILE_FINDER_HOOK or \
-                    hook.__closure__[code.co_freevars.index("cls")].cell_contents \
-                    is not _bootstrap_external.FileFinder:
+            for stock in _STOCK_FILE_FINDER_HOOKS:
+                if hook is stock:
+                    break
+            else:
                 return False
     except Exception:
         return False

@@ -242,6 +242,7 @@ class IndexFinder:
         from ._archive import PYC_TIMESTAMP
         # (Kept alive here; the attribute names interned, as constants are.)
         self._ctx = (FileFinder, FILE_LOADERS, PYC_TIMESTAMP, "_loaders", "path")
+        self._ctx_stock_hooks = self._ctx + (True,)
 
     def find(self, name):
         """``[entry tuple, stamps of the search's steps, package directory's
@@ -254,16 +255,19 @@ class IndexFinder:
         return out or None
 
 
-    def hit(self, name, path):
+    def hit(self, name, path, stock_hooks=False):
         """:meth:`find`'s list and a sixth item, the native verdict
         (native/archive/loader/find.c, pycds_index_hit): True when plain
         import, searching ``path`` (a list, or None for ``sys.path``), would
         take the archived module as the dump recorded it (PYCDSCHECK=mtime
-        rules; False where a step's path entry has no finder in
-        ``sys.path_importer_cache`` yet: PathFinder would run the path hooks
-        there).  None, False: as :meth:`find`."""
+        rules).  Where a step's path entry has no finder in
+        ``sys.path_importer_cache`` yet, PathFinder would run the path hooks
+        there: False, unless ``stock_hooks`` says they are importlib's own
+        (:func:`pycds.path_hooks_stock`), which make a FileFinder of that
+        directory.  None, False: as :meth:`find`."""
         out = []
-        if self._hit(self._ix, id(name), id(path), id(self._ctx), id(out)):
+        ctx = self._ctx_stock_hooks if stock_hooks else self._ctx
+        if self._hit(self._ix, id(name), id(path), id(ctx), id(out)):
             return False
         return out or None
 

@@ -29,12 +29,12 @@ import _thread
 import os
 import sys
 import time
-from _frozen_importlib_external import (PathFinder, SourceFileLoader, _os,
-                                        _path_isdir, spec_from_file_location)
+from _frozen_importlib_external import (FileFinder, PathFinder, SourceFileLoader, _os,
+                                        spec_from_file_location)
 from _imp import _fix_co_filename
 
-from . import (_archive, _config, imported_by_interpreter, loader_patched, path_hooks_stock,
-               search_replayable)
+from . import (FILE_LOADERS, _archive, _config, imported_by_interpreter, loader_patched,
+               path_hooks_stock, search_replayable)
 from ._config import MODE_AUTO
 from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
@@ -512,62 +512,36 @@ def _hooks_pending(search):
 
 
 def _run_stock_hooks(search, path):
-    """Put a finder in ``sys.path_importer_cache`` for each entry of the
-    recorded ``search`` that has none, with ``PathFinder``'s own
-    ``_path_importer_cache``, as ``PathFinder`` does on its way through
-    them: while the path list (``path``, or ``sys.path`` for None) begins
-    with the recorded entries, each a directory, and the search and its
-    path hooks are importlib's own (``search_replayable``,
-    ``path_hooks_stock``).  Returns the ``(key, finder)`` pairs it added,
-    for :func:`_take_back`: none where it ran no hook, or where one raised
-    (the search runs them again then, as plain import does, and raises what
-    they raise).  Raises only what the program raised through it."""
-    added = []
-    if search is None or not search_replayable() or not path_hooks_stock():
-        return added
+    """Run the path hooks of the entries of the recorded ``search`` not in
+    ``sys.path_importer_cache`` yet, with ``PathFinder``'s own
+    ``_path_importer_cache``, in the search's order: what plain import's
+    search does on its way to the archived module once the native verdict
+    has said that it gets there (``path``: the path list searched, None for
+    ``sys.path``).  Then whether each step's entry has the finder the
+    verdict assumed: a FileFinder of the recorded directory with the stock
+    loaders (None where the dump found none).  Raises only what the program
+    raised through it, as from plain import's search."""
     if path is None:
         path = sys.path
-    cache = sys.path_importer_cache
     try:
-        steps = search[0]
-        if type(path) is not list or len(path) < len(steps) or type(cache) is not dict:
-            return added
-        for i, step in enumerate(steps):
-            entry = path[i]
-            if type(entry) is not str or entry != step[0]:
-                break
-            key = entry or _getcwd()
-            if key in cache:
-                continue
-            # (Not a directory: zipimporter would read a file plain import
-            # may never reach.)
-            if not _path_isdir(key):
-                break
-            finder = PathFinder._path_importer_cache(entry)
-            if cache.get(key, _MISSING) is finder:
-                added.append((key, finder))
-    except BaseException as e:
-        _take_back(added)
-        if isinstance(e, Exception) and not program_raised(e):
-            return []
-        raise
-    return added
+        for i, (entry, directory, _) in enumerate(search[0]):
+            now = path[i]
+            if now != entry or type(now) is not str:
+                return False
+            finder = PathFinder._path_importer_cache(now)
+            if directory is None:
+                if finder is not None:
+                    return False
+            elif type(finder) is not FileFinder or finder.path != directory \
+                    or finder._loaders != FILE_LOADERS:
+                return False
+    except Exception as e:
+        if program_raised(e):
+            raise
+        return False
+    return True
 
 
-def _take_back(added):
-    """Remove from ``sys.path_importer_cache`` what :func:`_run_stock_hooks`
-    put there (where it is still there): the search that follows runs the
-    hooks where plain import would."""
-    cache = sys.path_importer_cache
-    for key, finder in added:
-        try:
-            if cache.get(key, _MISSING) is finder:
-                del cache[key]
-        except Exception:
-            pass
-
-
-_MISSING = object()
 # PathFinder's: the working directory for the path entry ''.
 _getcwd = _os.getcwd
 
@@ -684,10 +658,22 @@ class CDSFinder:
             # The search runs path hooks (as PathFinder would): the native
             # call's stats, taken before them, may be out of date.
             facts = None
-            if archive.check == "mtime":
-                spec = self._after_stock_hooks(fullname, path, entry)
-                if spec is not None:
-                    return spec
+            if archive.check == "mtime" and search_replayable() and not loader_patched() \
+                    and path_hooks_stock():
+                # importlib's own hooks: the native verdict judges the
+                # FileFinders they would make.  Where plain import takes the
+                # archived module, its search runs them all, in order, and
+                # so does this (_run_stock_hooks, called from here: as deep
+                # in the stack as PathFinder calls them); elsewhere the
+                # search below runs them where PathFinder would.
+                try:
+                    hit = archive.fast.hit(fullname, path, True)
+                except Exception as e:
+                    if program_raised(e):
+                        raise
+                    hit = None
+                if hit and hit.pop() and _run_stock_hooks(entry.search, path):
+                    return self._verdict_spec(fullname, hit[0])
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
         replays = _search_mod.replayed if _search_mod is not None else 0
@@ -756,29 +742,6 @@ class CDSFinder:
         ArchivedCode.install(loader, _ChunkRef(fullname, e[0], e[14], e[5], e[6]),
                              self.archive)
         return spec
-
-    def _after_stock_hooks(self, fullname, path, entry):
-        """The native verdict once importlib's own path hooks have run for
-        the recorded search's entries that had no finder (the program's
-        first import from a directory: ``sys.path[0]``, a package's
-        ``__path__``), or None, the hooks' work taken back (pycds._search
-        then runs them where PathFinder would).  Those hooks run no code of
-        the program, so running them before the search is running them
-        during it.  Raises only what the program raised through it."""
-        added = _run_stock_hooks(entry.search, path)
-        if not added:
-            return None
-        try:
-            facts = self.archive.fast.hit(fullname, path)
-            if facts and facts.pop() and search_replayable() and not loader_patched():
-                return self._verdict_spec(fullname, facts[0])
-        except BaseException as e:
-            _take_back(added)
-            if isinstance(e, Exception) and not program_raised(e):
-                return None
-            raise
-        _take_back(added)
-        return None
 
     def invalidate_caches(self):
         pass

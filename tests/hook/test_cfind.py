@@ -563,6 +563,113 @@ def test_hooks_plain_import_does_not_reach_do_not_run(tmp_path, patch):
     assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
 
 
+PKG_INIT = """\
+import os
+here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+__path__ = [os.path.join(here, "d1"), os.path.join(here, "d2")]
+"""
+
+WATCH_PROG = """\
+import os, sys, zipimport
+from importlib.machinery import FileFinder, SourceFileLoader
+here = os.path.dirname(os.path.abspath(__file__))
+D1, D2 = os.path.join(here, "d1"), os.path.join(here, "d2")
+import pkg
+what = os.environ.get("WATCH", "")
+seen, log = [], []
+def cached():
+    c = sys.path_importer_cache
+    return (D1 in c, D2 in c)
+def tracer(frame, event, arg):
+    if not seen or seen[-1] != cached():
+        seen.append(cached())
+if what == "trace":
+    sys.settrace(tracer)
+elif what == "one-shot loaders":
+    # importlib's own hook code for FileFinder, with suffixes that can be
+    # iterated once.
+    sys.path_hooks[-1] = FileFinder.path_hook((SourceFileLoader, (s for s in [".py"])))
+elif what == "patched internals":
+    class Refused(zipimport.ZipImportError):
+        def __init__(self, *args, **kwargs):
+            log.append("zipimporter refused " + os.path.basename(kwargs.get("path", "?")))
+            super().__init__(*args, **kwargs)
+    zipimport.ZipImportError = Refused
+    def new(cls, path, *details):
+        log.append("FileFinder " + os.path.basename(path))
+        return object.__new__(cls)
+    FileFinder.__new__ = new
+try:
+    import pkg.m
+    print(pkg.m.WHERE)
+except ImportError as e:
+    print("ImportError", e)
+sys.settrace(None)
+print(seen, log, cached())
+"""
+
+
+@pytest.mark.parametrize("stale", [False, True])
+@pytest.mark.parametrize("watch", ["trace", "one-shot loaders", "patched internals"])
+def test_what_the_program_sees_of_the_path_hooks(tmp_path, watch, stale):
+    # A package's first submodule import, the package's two directories
+    # not in sys.path_importer_cache yet: the states of the cache a trace
+    # function sees, a FileFinder hook whose loader details can be read
+    # once (plain import's second directory gets none), hooks whose
+    # importlib internals the program replaced; with the archive current
+    # or stale (a module put in the first directory after the dump: plain
+    # import stops there, and runs no hook for the second).
+    app, img = dumped_app(tmp_path, {"pkg/__init__.py": PKG_INIT, "d1/other.py": "",
+                                     "d2/m.py": "WHERE = 'd2'\n"}, WATCH_PROG)
+    if stale:
+        (app / "d1" / "m.py").write_text("WHERE = 'd1'\n")
+    share = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1, WATCH=watch)
+    plain = run_python(["prog.py"], cwd=app, WATCH=watch)
+    assert plain.rc == 0, plain
+    assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
+    if watch == "trace":
+        assert plain.out.startswith("d1" if stale else "d2"), plain
+        assert ("pkg.m" in share.served()) != stale, share
+
+
+DEPTH_PROG = """\
+import sys
+import pkg
+def f(k):
+    if k == 0:
+        import pkg.sub
+        return
+    f(k - 1)
+try:
+    f(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    print("ok")
+except RecursionError:
+    print("RecursionError")
+"""
+
+
+def test_a_first_submodule_import_is_as_deep_as_plain_imports(tmp_path):
+    # The deepest recursion from which a package's first submodule import
+    # still succeeds is the same with and without pycds: the path hooks run
+    # as deep in the stack as PathFinder runs them.
+    app, img = dumped_app(tmp_path, {"pkg/__init__.py": "", "pkg/sub.py": ""}, DEPTH_PROG)
+
+    def deepest(**env):
+        lo, hi = 100, sys.getrecursionlimit() + 100
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            out = run_python(["prog.py", str(mid)], cwd=app, **env).out
+            lo, hi = (mid, hi) if out == "ok\n" else (lo, mid)
+        return lo
+
+    share = deepest(PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+    assert share == deepest(), share
+    r = run_python(["prog.py", str(share)], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert "pkg.sub" in r.served(), r
+
+
 HOOK_CLASS_PROG = """\
 import os, sys
 from importlib.machinery import FileFinder

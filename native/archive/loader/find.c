@@ -476,8 +476,12 @@ attr_equals(PyObject *obj, PyObject *attr, PyObject *want)
  * with every stamp as recorded: pycds._search.find_spec's walk when each
  * step ends in "unchanged since the dump", the last one building the spec
  * (the rules the Python side checks beside it: search_replayable()).
- * 1 or 0 (any doubt, any error, a step's entry with no finder in
- * sys.path_importer_cache yet). */
+ * A step's entry with no finder in sys.path_importer_cache yet is no
+ * verdict, unless ctx says that the path hooks are importlib's own
+ * (pycds.path_hooks_stock): they would make a FileFinder of the entry,
+ * whose path is the entry (absolute) or the working directory (''), with
+ * the stock loaders; the step replays when that is the recorded directory
+ * and its stamp holds.  1 or 0 (any doubt, any error). */
 static int
 replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         PyObject *path, PyObject *ctx)
@@ -489,6 +493,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
     PyObject *steps, *cache;
     int ok = 0;
+    int stock_hooks = PyTuple_GET_SIZE(ctx) == 6 && PyTuple_GET_ITEM(ctx, 5) == Py_True;
 
     if (search == Py_None || nsteps == 0) {
         return 0;
@@ -524,12 +529,21 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
             goto done;
         }
         finder = PyDict_GetItemWithError(cache, key);     /* borrowed */
-        Py_DECREF(key);
         if (finder == NULL) {
             /* Not cached: PathFinder would run the path hooks here, in the
-             * middle of its search; the Python side searches as it does. */
-            goto done;
+             * middle of its search.  Unless they are importlib's own, the
+             * Python side searches as it does. */
+            PyObject *dir = PyTuple_GET_ITEM(step, 1);
+            same = !PyErr_Occurred() && stock_hooks && PyUnicode_CheckExact(dir)
+                   && PyUnicode_Compare(dir, key) == 0
+                   && stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2));
+            Py_DECREF(key);
+            if (!same) {
+                goto done;
+            }
+            continue;
         }
+        Py_DECREF(key);
         if (finder == Py_None && i < nsteps - 1) {
             continue;          /* PathFinder skips it too */
         }
@@ -608,7 +622,8 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
  * and the source has the recorded mtime and size: pycds._pyc.check's answer
  * "unchanged" under PYCDSCHECK=mtime without reading a file.  ctx:
  * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path"), the
- * names interned.  0 otherwise: the Python side judges the facts. */
+ * names interned, and optionally True: the path hooks are importlib's own
+ * (replays()).  0 otherwise: the Python side judges the facts. */
 static int
 verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         PyObject *path, PyObject *ctx)
@@ -616,7 +631,7 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
     int eq;
 
-    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 5) {
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) < 5 || PyTuple_GET_SIZE(ctx) > 6) {
         return 0;
     }
     eq = PyObject_RichCompareBool(kind, PyTuple_GET_ITEM(ctx, 2), Py_EQ);
