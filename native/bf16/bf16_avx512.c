@@ -120,12 +120,10 @@ tile(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
     int i;
 
     /* C's rows are far apart and leave the cache between K blocks: fetch
-     * them now, so that the stores at the end do not wait. */
-    for (i = 0; i < mr; i++) {
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + nr / 2), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + i * ldc + nr - 1), _MM_HINT_T0);
-    }
+     * them 64 k-units before the end, so that the stores do not wait (at
+     * the start of a long tile, the B micro-panel streaming through the
+     * L1 evicted them again). */
+    const int64_t c_fetch_at = ku > 96 ? ku - 64 : 0;
     /* Every loop over the rows is unrolled, so that the accumulators stay
      * in registers (a rolled loop indexes them: the arrays go to the stack,
      * zeroed with rep stos and re-read by the stores). */
@@ -137,6 +135,15 @@ tile(int64_t ku, const uint16_t *ap, int64_t a_ps, int64_t a_rs,
     for (int64_t p = 0; p < ku; p++) {
         const uint16_t *bq = bp + p * (NR * KU);
         const uint16_t *aq = ap + p * a_ps;
+        if (p == c_fetch_at) {
+            for (i = 0; i < mr; i++) {
+                _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+                _mm_prefetch((const char *)(c + i * ldc + nr / 2),
+                             _MM_HINT_T0);
+                _mm_prefetch((const char *)(c + i * ldc + nr - 1),
+                             _MM_HINT_T0);
+            }
+        }
         __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)bq);
         __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(bq + 32));
         prefetch_ahead(bq);
