@@ -51,12 +51,10 @@
         VEC acc0[MRX], acc1[MRX];                                             \
         int i;                                                                \
         /* C's rows are far apart and leave the cache between K blocks:     \
-         * fetch them now, so the stores at the end do not wait. */         \
-        for (i = 0; i < rows; i++) {                                          \
-            _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);           \
-            _mm_prefetch((const char *)(c + i * ldc + nr / 2), _MM_HINT_T0);  \
-            _mm_prefetch((const char *)(c + i * ldc + nr - 1), _MM_HINT_T0);  \
-        }                                                                     \
+         * fetch them 64 k values before the end, so that the stores do not \
+         * wait (fetched at the start, the B micro-panel streaming through  \
+         * the L1 evicted them again). */                                   \
+        const int64_t c_fetch_at = kc > 96 ? (kc - 64) / G * G : 0;         \
         for (i = 0; i < mr; i++) {                                            \
             acc0[i] = ZERO();                                                 \
             acc1[i] = ZERO();                                                 \
@@ -64,6 +62,14 @@
         for (int64_t pg = 0; pg < kc; pg += G) {                              \
             const float *ag = a + pg * MRX;     /* [MRX][G] */                \
             const float *bg = b + pg * NRX;     /* [G][NRX] */                \
+            if (pg == c_fetch_at) {                                           \
+                for (i = 0; i < rows; i++) {                                  \
+                    const float *ci = c + i * ldc;                            \
+                    _mm_prefetch((const char *)ci, _MM_HINT_T0);              \
+                    _mm_prefetch((const char *)(ci + nr / 2), _MM_HINT_T0);   \
+                    _mm_prefetch((const char *)(ci + nr - 1), _MM_HINT_T0);   \
+                }                                                             \
+            }                                                                 \
             _Pragma("GCC unroll 2")                                           \
             for (int q = 0; q < G; q++) {                                     \
                 const VEC b0 = LOADU(bg + q * NRX);                           \
