@@ -106,8 +106,9 @@ def path_hooks_stock():
     stores in ``sys.path_importer_cache``.  Never raises; reads no
     attribute of the hooks (no audit event)."""
     try:
-        if _hook_parts() != _STOCK_HOOKS:
-            return False
+        for now, stock in zip(_hook_parts(), _STOCK_HOOKS):
+            if now is not stock:
+                return False
         zipimporter = _STOCK_HOOKS[3]
         hooks = sys.path_hooks
         if type(hooks) is not list or not hooks:

@@ -665,15 +665,18 @@ class CDSFinder:
                 # archived module, its search runs them all, in order, and
                 # so does this (_run_stock_hooks, called from here: as deep
                 # in the stack as PathFinder calls them); elsewhere the
-                # search below runs them where PathFinder would.
+                # search below runs them where PathFinder would.  What they
+                # look up as they run (zipimport's globals, os.stat) may be
+                # the program's: the verdict is taken again after them.
                 try:
                     hit = archive.fast.hit(fullname, path, True)
+                    if hit and hit.pop() and _run_stock_hooks(entry.search, path):
+                        hit = archive.fast.hit(fullname, path)
+                        if hit and hit.pop():
+                            return self._verdict_spec(fullname, hit[0])
                 except Exception as e:
                     if program_raised(e):
                         raise
-                    hit = None
-                if hit and hit.pop() and _run_stock_hooks(entry.search, path):
-                    return self._verdict_spec(fullname, hit[0])
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
         replays = _search_mod.replayed if _search_mod is not None else 0

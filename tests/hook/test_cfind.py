@@ -589,6 +589,17 @@ elif what == "one-shot loaders":
     # importlib's own hook code for FileFinder, with suffixes that can be
     # iterated once.
     sys.path_hooks[-1] = FileFinder.path_hook((SourceFileLoader, (s for s in [".py"])))
+elif what == "rewriting hook":
+    # A ZipImportError of the program's, which zipimporter looks up as it
+    # refuses d1: it rewrites the module plain import then finds in d2.
+    class Rewriting(zipimport.ZipImportError):
+        def __init__(self, *args, **kwargs):
+            if kwargs.get("path") == D1 and not log:
+                log.append("rewritten")
+                with open(os.path.join(D2, "m.py"), "w") as f:
+                    f.write("WHERE = 'd2, rewritten by the hook'\\n")
+            super().__init__(*args, **kwargs)
+    zipimport.ZipImportError = Rewriting
 elif what == "patched internals":
     class Refused(zipimport.ZipImportError):
         def __init__(self, *args, **kwargs):
@@ -610,13 +621,15 @@ print(seen, log, cached())
 
 
 @pytest.mark.parametrize("stale", [False, True])
-@pytest.mark.parametrize("watch", ["trace", "one-shot loaders", "patched internals"])
+@pytest.mark.parametrize("watch", ["trace", "one-shot loaders", "patched internals",
+                                   "rewriting hook"])
 def test_what_the_program_sees_of_the_path_hooks(tmp_path, watch, stale):
     # A package's first submodule import, the package's two directories
     # not in sys.path_importer_cache yet: the states of the cache a trace
     # function sees, a FileFinder hook whose loader details can be read
     # once (plain import's second directory gets none), hooks whose
-    # importlib internals the program replaced; with the archive current
+    # importlib internals the program replaced (one of them rewriting the
+    # module where plain import then finds it); with the archive current
     # or stale (a module put in the first directory after the dump: plain
     # import stops there, and runs no hook for the second).
     app, img = dumped_app(tmp_path, {"pkg/__init__.py": PKG_INIT, "d1/other.py": "",
@@ -625,6 +638,7 @@ def test_what_the_program_sees_of_the_path_hooks(tmp_path, watch, stale):
         (app / "d1" / "m.py").write_text("WHERE = 'd1'\n")
     share = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE=1, WATCH=watch)
+    (app / "d2" / "m.py").write_text("WHERE = 'd2'\n")
     plain = run_python(["prog.py"], cwd=app, WATCH=watch)
     assert plain.rc == 0, plain
     assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
