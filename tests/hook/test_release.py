@@ -18,6 +18,9 @@ import pytest
 from conftest import dump_and_share, installed, run_python, settle
 
 RELEASES = sys.version_info >= (3, 11)    # 3.10 chunks hold raw data: kept
+# What goes back is whole pages of this size (16 or 64 KiB on some aarch64
+# kernels: scripts/aarch64_check.sh); the bounds below are for 4 KiB.
+PAGE = os.sysconf("SC_PAGESIZE")
 
 # Dead after the body ran: the string constants only len() sees, the
 # bytecode and line table of 3000 statements (well over a page).
@@ -360,6 +363,8 @@ def test_small_tails_go_back_together(tmp_path):
     tails = [index.lookup(f"small{i}") for i in range(40)]
     tail_bytes = sum(e.chunk_len - e.root_off for e in tails)
     assert max(e.chunk_len - e.root_off for e in tails) < 4096
+    if 2 * PAGE > tail_bytes:
+        pytest.skip(f"{tail_bytes} bytes of tails fill fewer than 2 pages of {PAGE}")
     assert released(share) >= tail_bytes // 2, (released(share), tail_bytes)
 
 
@@ -428,9 +433,10 @@ def test_functions_the_module_drops_are_given_back(drops_apps, keep):
     # Three functions of ~1500 statements each (~150 KiB with what they
     # reach).  When the program keeps one that the dump run dropped, that
     # one stays (and works: the run above faults on any use of memory given
-    # back).  Without the prediction 144 KiB go back.
+    # back).  Without the prediction 144 KiB go back.  With larger pages,
+    # the pages a kept one spans reach up to a page further on each side.
     dropped = 2 if keep else 3
-    assert released(share) >= dropped * 96 * 1024, share
+    assert released(share) >= dropped * 96 * 1024 - 2 * (PAGE - 4096), share
 
 
 def test_the_writer_predicts_the_functions_a_body_drops():
