@@ -493,6 +493,9 @@ def _pyc_rules():
 
 _pyc = None
 
+# PathFinder's: the working directory for the path entry ''.
+_getcwd = _os.getcwd
+
 
 def _hooks_pending(search):
     """Whether replaying ``search`` (an entry's recorded search, or None)
@@ -526,7 +529,7 @@ def _run_stock_hooks(search, path):
     try:
         for i, (entry, directory, _) in enumerate(search[0]):
             now = path[i]
-            if now != entry or type(now) is not str:
+            if type(now) is not str or now != entry:
                 return False
             finder = PathFinder._path_importer_cache(now)
             if directory is None:
@@ -540,10 +543,6 @@ def _run_stock_hooks(search, path):
             raise
         return False
     return True
-
-
-# PathFinder's: the working directory for the path entry ''.
-_getcwd = _os.getcwd
 
 
 def _cached(spec, entry):
