@@ -127,7 +127,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
     ``roots``: the module names the layout starts from, in order
     (pycds._dump_order); None: those the program's own code imports.
     """
-    from . import _nativeapi as N
+    from . import _nativewriter as N
 
     # (Before the copying: a path that holds a file of the user's costs nothing.)
     _writer.check_replaceable(path, _archive.ARCHIVE_FILE)
@@ -341,7 +341,7 @@ def _copy_module(writer, number, code, ran, spec, entry):
 
 
 def _frozenset_orders(code, pyc_path, pyc_head):
-    """For :meth:`pycds._nativeapi.Writer.add`: the order unmarshal adds the
+    """For :meth:`pycds._nativewriter.Writer.add`: the order unmarshal adds the
     items of each frozenset constant of ``code`` (the code an import ran
     from the .pyc at ``pyc_path``, whose first 16 bytes are ``pyc_head``),
     read off a fresh unmarshal of that .pyc.  The program may have bound an
@@ -382,7 +382,7 @@ def _pair_frozensets(ran, fresh, orders, depth=0):
         if len(ran) == len(fresh):
             same = {item: item for item in ran}
             try:
-                from . import _nativeapi as N
+                from . import _nativewriter as N
                 orders[id(ran)] = tuple(same[item] for item in N.frozenset_items(fresh))
             except (KeyError, NativeError):
                 pass

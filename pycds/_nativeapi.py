@@ -3,7 +3,8 @@
 Objects go to C as ``id(obj)`` (their address on CPython) while Python holds
 them; C appends results to a list passed the same way.  Every status code
 goes through :func:`_check`, which raises :class:`pycds.errors.NativeError`
-with the C side's message.
+with the C side's message.  The loader's side (what SHARE imports); the
+writer's calls are in pycds._nativewriter.
 """
 
 from . import __version__
@@ -40,122 +41,9 @@ def _check(rc, what):
         raise NativeError(f"{what}: {reason}: {detail}", code=rc)
 
 
-def layout_id():
-    """Text identifying this interpreter build's static-object layout."""
-    buf = ffi.new("char[]", 512)
-    _check(lib.pycds_layout_id(buf, 512), "layout id")
-    return ffi.string(buf).decode()
-
-
-def preallocate(fd, length):
-    """Allocate the first ``length`` bytes of the new file ``fd`` before it
-    is written, so that renaming it over an old archive does not flush it
-    (native/archive/writer/file.c); the file's size does not change.  Does nothing where
-    the file system cannot.  Raises OSError (ENOSPC, EBADF, ...)."""
-    err = ffi.new("int *")
-    rc = lib.pycds_preallocate(fd, length, err)
-    if rc:
-        if err[0]:
-            import os
-            raise OSError(err[0], f"cannot allocate {length} bytes for the archive: "
-                                  f"{os.strerror(err[0])}")
-        _check(rc, "preallocate")
-
-
 def hash64(data, seed=0):
     """XXH64 of a bytes-like object with a 64-bit seed, as an int."""
     return lib.pycds_hash64(ffi.from_buffer(data), len(data), seed)
-
-
-def frozenset_items(fs):
-    """The items of frozenset ``fs`` in the order unmarshal adds them, as
-    a list: the order ``marshal`` writes them in (3.11+: sorted by their
-    own marshalled bytes), inferred from their reference counts, so right
-    for a frozenset that only a freshly unmarshalled code object holds
-    (native/archive/common/layout.c).  Raises NativeError."""
-    out = []
-    _check(lib.pycds_frozenset_items(id(fs), id(out)), "frozenset items")
-    return out
-
-
-class Chunk:
-    """What the writer reports for one module (see pycds_chunk_info)."""
-
-    __slots__ = ("chunk_off", "chunk_len", "root_off", "reloc_first",
-                 "reloc_count", "checksum", "nobjects")
-
-
-class Writer:
-    """Deep-copies code objects into an archive heap (native/archive/writer/writer.c)."""
-
-    def __init__(self, seed):
-        out = ffi.new("pycds_writer **")
-        _check(lib.pycds_writer_new(seed, out), "writer")
-        self._w = ffi.gc(out[0], lib.pycds_writer_free)
-        self._info = ffi.new("pycds_chunk_info *")
-
-    def add(self, code, ran=False, orders=None):
-        """Copy ``code`` and all it reaches; return a :class:`Chunk`.  The
-        bytecode is copied in the form a fresh unmarshal gives, whether or
-        not the code has run.  ``ran``: ``code`` is the code object the
-        import executed; a function code object in it (or in its class
-        bodies) that nothing but its ``co_consts`` holds is predicted dead
-        and laid out with the module code, where the loader can give it
-        back (native/archive/writer/writer.c).  ``orders``: a dict from
-        ``id()`` of a frozenset in ``code`` to the tuple of its items in the
-        order unmarshal adds them (:func:`frozenset_items` of a fresh copy),
-        for those it gives.  Raises NativeError (the heap is left as before)
-        on failure."""
-        _check(lib.pycds_writer_add(self._w, id(code), bool(ran),
-                                    id(orders) if orders is not None else 0,
-                                    self._info),
-               "copy")
-        c = Chunk()
-        for name in Chunk.__slots__:
-            setattr(c, name, getattr(self._info, name))
-        return c
-
-    def heap(self):
-        """A read-only view of the heap (valid until the next add())."""
-        p = ffi.new("uint8_t **")
-        n = ffi.new("size_t *")
-        _check(lib.pycds_writer_heap(self._w, p, n), "heap")
-        return ffi.buffer(p[0], n[0]) if n[0] else b""
-
-    def relocs(self):
-        """The relocation entries as bytes (uint32 little-endian each)."""
-        p = ffi.new("uint32_t **")
-        n = ffi.new("size_t *")
-        _check(lib.pycds_writer_relocs(self._w, p, n), "relocs")
-        return ffi.buffer(p[0], 4 * n[0]) if n[0] else b""
-
-    def nstrings(self):
-        """How many interned strings the chunks written so far number (their
-        INTERN slots hold numbers below it)."""
-        n = ffi.new("uint32_t *")
-        _check(lib.pycds_writer_nstrings(self._w, n), "nstrings")
-        return n[0]
-
-
-class Renumbering:
-    """Gives the chunks carried over from another archive (pycds.dump) string
-    numbers after ``first`` (those of the archive being written): one number
-    per number of the other archive, whose numbers are below ``bound`` (its
-    relocation count)."""
-
-    def __init__(self, first, bound):
-        self._map = ffi.new("uint32_t[]", max(bound, 1))
-        self._len = bound
-        self._next = ffi.new("uint32_t *", first)
-
-    def apply(self, chunk, relocs):
-        """Renumber the INTERN slots of ``chunk`` (a bytearray, changed in
-        place) as its relocation entries ``relocs`` (bytes) say.  Raises
-        NativeError (E_CORRUPT) for a slot or number out of range."""
-        _check(lib.pycds_strings_renumber(ffi.from_buffer(chunk), len(chunk),
-                                          ffi.from_buffer("uint32_t[]", relocs),
-                                          len(relocs) // 4, self._map, self._len,
-                                          self._next), "renumber")
 
 
 class NativeArchive:

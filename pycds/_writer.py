@@ -58,7 +58,7 @@ def write_atomic(path, chunks, kind, length=None, xattrs=None):
         # Blocks allocated up front (the size stays what the writes make it):
         # the rename over the old archive below then has no delayed
         # allocation to flush (native/archive/writer/file.c).
-        from ._nativeapi import preallocate
+        from ._nativewriter import preallocate
         preallocate(fd, max([off + memoryview(data).nbytes for off, data in chunks]
                             + [length or 0]))
         for off, data in chunks:

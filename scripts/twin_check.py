@@ -47,7 +47,7 @@ import warnings
 
 import cprobe  # noqa: E402  (scripts/, beside this file)
 from pycds import _archive, _pyc
-from pycds import _nativeapi as N
+from pycds import _nativeapi as N, _nativewriter as NW
 from pycds import _writer as W
 from pycds.errors import NativeError
 
@@ -593,7 +593,7 @@ def write_archive(items, directory, name="twin.img"):
     return ``(index_path, {key: skip reason})`` for the ones the writer
     refused (plain import would serve those)."""
     seed = int.from_bytes(os.urandom(8), "little")   # checksums' seed
-    w = N.Writer(seed)
+    w = NW.Writer(seed)
     entries, refused = [], {}
     for key, code in items:
         try:
@@ -608,7 +608,7 @@ def write_archive(items, directory, name="twin.img"):
                                      c.nobjects, None))
     heap, relocs = w.heap(), w.relocs()
     meta = _archive.meta_for_this_interpreter()
-    meta["layout"] = N.layout_id()
+    meta["layout"] = NW.layout_id()
     h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, seed)
     parts = [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)]
     path = os.path.join(directory, name)
@@ -619,7 +619,7 @@ def write_archive(items, directory, name="twin.img"):
 def _handle(path):
     """An Index and a NativeArchive over the archive at ``path``."""
     index = _archive.Index.open(path)
-    return index, N.NativeArchive(index.fd, index.header, N.layout_id())
+    return index, N.NativeArchive(index.fd, index.header, NW.layout_id())
 
 
 class Loaded:

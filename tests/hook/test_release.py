@@ -442,7 +442,7 @@ def test_functions_the_module_drops_are_given_back(drops_apps, keep):
 def test_the_writer_predicts_the_functions_a_body_drops():
     # Given the code object that ran, a function code object in its (or its
     # class bodies') co_consts that nothing else holds goes to the tail.
-    from pycds import _nativeapi as N
+    from pycds import _nativeapi as N, _nativewriter as NW
     def big(name, indent):
         # constants of its own: the compiler shares equal constants
         return "".join(f"{indent}v = '{name} {i}'\n" for i in range(300))
@@ -467,13 +467,13 @@ def test_the_writer_predicts_the_functions_a_body_drops():
     exec(code, ns)
 
     def tail(ran):
-        c = N.Writer(1).add(code, ran=ran)
+        c = NW.Writer(1).add(code, ran=ran)
         return c.chunk_len - c.root_off
 
     by_count, without = tail(True), tail(False)
     # gone and dropped, not inner (its code goes with outer, which lives):
     # about twice the size of one of them copied alone
-    one = N.Writer(1).add(next(c for c in code.co_consts
+    one = NW.Writer(1).add(next(c for c in code.co_consts
                                if getattr(c, "co_name", "") == "gone")).chunk_len
     assert 1.75 * one < by_count - without < 2.25 * one, (by_count, without, one)
     ns.clear()      # now nothing holds kept, m or outer either

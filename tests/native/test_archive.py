@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pycds import _archive, errors
-from pycds import _nativeapi as N
+from pycds import _nativeapi as N, _nativewriter as NW
 from pycds import _writer as W
 from pycds.errors import NativeError
 
@@ -69,13 +69,13 @@ def archive_of(codes, tmp_path, name="t.img"):
     if refused:
         raise NativeError("; ".join(refused.values()))
     index = _archive.Index.open(path)
-    return index, N.NativeArchive(index.fd, index.header, N.layout_id())
+    return index, N.NativeArchive(index.fd, index.header, NW.layout_id())
 
 
 def slots_of(code):
     """``(slot, kind, 8 bytes the slot holds)`` of each relocation entry of
     ``code``'s chunk as the writer leaves it (slot: chunk offset)."""
-    w = N.Writer(1)
+    w = NW.Writer(1)
     c = w.add(code)
     heap, relocs = bytes(w.heap()), bytes(w.relocs())
     for i in range(c.reloc_first, c.reloc_first + c.reloc_count):
@@ -188,7 +188,7 @@ class TestRoundTrip:
         for _ in range(2100):
             deep = (deep,)
         base = compile("X = 1\n", "/v/deep.py", "exec")
-        w = N.Writer(1)
+        w = NW.Writer(1)
         w.add(base)
         before = bytes(w.heap())
         with pytest.raises(NativeError, match="nested deeper"):
@@ -282,7 +282,7 @@ class TestRoundTrip:
     def test_unsupported_constant_is_refused(self):
         code = compile("X = 1\n", "/v/x.py", "exec")
         bad = code.replace(co_consts=(1, None, [1, 2]))
-        w = N.Writer(1)
+        w = NW.Writer(1)
         with pytest.raises(NativeError, match="list"):
             w.add(bad)
 
@@ -354,7 +354,7 @@ class TestDeterminism:
         heaps = []
         for fill in (0x00, 0xFF):
             code = unmarshal_over(data, fill)
-            w = N.Writer(1)
+            w = NW.Writer(1)
             w.add(code)
             heaps.append(bytes(w.heap()))
         assert len(heaps[0]) == len(heaps[1])
@@ -454,7 +454,7 @@ class TestWriteAtomic:
             pytest.skip(f"no fallocate on the file system of {tmp_path}")
         fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
         try:
-            N.preallocate(fd, 3 << 20)
+            NW.preallocate(fd, 3 << 20)
             st = os.fstat(fd)
         finally:
             os.close(fd)
@@ -466,7 +466,7 @@ class TestWriteAtomic:
         fd = os.open(tmp_path / "f", os.O_RDONLY)
         try:
             with pytest.raises(OSError) as e:
-                N.preallocate(fd, 1 << 20)
+                NW.preallocate(fd, 1 << 20)
             assert e.value.errno == errno.EBADF
         finally:
             os.close(fd)
@@ -539,7 +539,7 @@ def intern_slots(heap, relocs, c):
 
 class TestStringTable:
     def test_each_interned_string_has_one_number_in_every_chunk(self):
-        w = N.Writer(1)
+        w = NW.Writer(1)
         ca = w.add(compile(SHARED_A, "/v/a.py", "exec"))
         cb = w.add(compile(SHARED_B, "/v/b.py", "exec"))
         heap, relocs = bytes(w.heap()), bytes(w.relocs())
@@ -556,7 +556,7 @@ class TestStringTable:
         deep = "leaf"
         for _ in range(2100):
             deep = (deep,)
-        w = N.Writer(1)
+        w = NW.Writer(1)
         w.add(compile("tab_first = 1\n", "/v/first.py", "exec"))
         before = w.nstrings()
         refused = compile("tab_refused_name = 1\n", "/v/deep.py", "exec")
@@ -612,7 +612,7 @@ class TestStringTable:
         path = tmp_path / "re.img"
         path.write_bytes(m.to_bytes())
         index = _archive.Index.open(str(path))
-        return index, N.NativeArchive(index.fd, index.header, N.layout_id(), verify=verify)
+        return index, N.NativeArchive(index.fd, index.header, NW.layout_id(), verify=verify)
 
     def test_a_string_number_out_of_range_is_refused(self, tmp_path):
         m = self._model(tmp_path)
@@ -629,7 +629,7 @@ class TestStringTable:
         # a's "tab_only_in_a": well formed, other code (as a changed name
         # would be), unless the deep check compares the values.
         m = self._model(tmp_path)
-        w = N.Writer(1)
+        w = NW.Writer(1)
         ca = w.add(compile(SHARED_A, "/v/a.py", "exec"))
         number = {v: n for _, n, v in intern_slots(bytes(w.heap()), bytes(w.relocs()), ca)}
         self._set_number(m, FZ.entry_of(m, "b"), b"tab_only_in_b", number[b"tab_only_in_a"])
@@ -646,7 +646,7 @@ class TestStringTable:
         # keeps one number per string of that archive, above those of the
         # archive being written.
         from pycds import _dumper
-        old = N.Writer(7)
+        old = NW.Writer(7)
         entries = []
         for k, (name, src) in enumerate((("a", SHARED_A), ("b", SHARED_B))):
             c = old.add(compile(src, f"/v/{name}.py", "exec"))
@@ -655,17 +655,17 @@ class TestStringTable:
                 "default", c.chunk_off, c.chunk_len, c.root_off, c.reloc_first,
                 c.reloc_count, c.checksum, c.nobjects, None))
         meta = _archive.meta_for_this_interpreter()
-        meta.update(layout=N.layout_id(), session="s-1")
+        meta.update(layout=NW.layout_id(), session="s-1")
         heap, relocs = bytes(old.heap()), bytes(old.relocs())
         h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, 7)
         path = str(tmp_path / "old.img")
         W.write_atomic(path, [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)],
                        _archive.ARCHIVE_FILE)
-        new = N.Writer(9)
+        new = NW.Writer(9)
         new.add(compile("tab_new_only = 1\n", "/v/c.py", "exec"))
         first = new.nstrings()
         got, chunks, rels = _dumper._carry_over(path, "s-1", [], 9, len(new.heap()),
-                                             len(new.relocs()) // 4, first, N)
+                                             len(new.relocs()) // 4, first, NW)
         assert [e.name for e in got] == ["a", "b"]
         numbers = {}
         for e, chunk, rel in zip(got, [c for c in chunks if len(c) > 8], rels):
@@ -679,14 +679,14 @@ GIVEN_BACK = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import twin_check as T
-from pycds import _archive, _nativeapi as N
+from pycds import _archive, _nativeapi as N, _nativewriter as NW
 names = [f"tab_given_back_name_{i:04d}" for i in range(800)]
 src_a = "".join(f"{n} = {i}\\n" for i, n in enumerate(names))
 src_b = "".join(f"{n} = {i} + 1\\n" for i, n in enumerate(names))
 path, _ = T.write_archive([("a", compile(src_a, "/v/a.py", "exec")),
                            ("b", compile(src_b, "/v/b.py", "exec"))], sys.argv[2])
 index = _archive.Index.open(path)
-arch = N.NativeArchive(index.fd, index.header, N.layout_id())
+arch = N.NativeArchive(index.fd, index.header, NW.layout_id())
 ea, eb = index.lookup("a"), index.lookup("b")
 exec(arch.load(ea), {})
 code_b = arch.load(eb)

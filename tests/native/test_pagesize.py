@@ -111,7 +111,7 @@ GIVEN_BACK = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
 import twin_check as T
-from pycds import _archive, _nativeapi as N
+from pycds import _archive, _nativeapi as N, _nativewriter as NW
 from pycds import _writer as W
 page = os.sysconf("SC_PAGESIZE")
 names = [f"tab_given_back_name_{i:05d}" for i in range(6000)]
@@ -138,7 +138,7 @@ if h.heap_off % 65536 == 0:
                    length=h.file_len)
     index = _archive.Index.open(path)
     h = index.header
-arch = N.NativeArchive(index.fd, h, N.layout_id())
+arch = N.NativeArchive(index.fd, h, NW.layout_id())
 ea, eb = index.lookup("a"), index.lookup("b")
 exec(arch.load(ea), {})
 exec(arch.load(eb), {})
@@ -162,7 +162,7 @@ def test_heap_section_off_the_formats_alignment_is_refused_with_the_reason(tmp_p
         import twin_check as T
     finally:
         sys.path.pop(0)
-    from pycds import _nativeapi as N
+    from pycds import _nativeapi as N, _nativewriter as NW
     from pycds.errors import NativeError
     path, _ = T.write_archive([("a", compile("x = 1\n", "/v/a.py", "exec"))], str(tmp_path))
     index = _archive.Index.open(path)
@@ -170,5 +170,5 @@ def test_heap_section_off_the_formats_alignment_is_refused_with_the_reason(tmp_p
     h.heap_off += 8       # still inside the file; the header is not re-read
     with pytest.raises(NativeError, match=f"heap section at {h.heap_off} is not "
                                           f"{_archive.HEAP_ALIGN}-byte aligned"):
-        N.NativeArchive(index.fd, h, N.layout_id())
+        N.NativeArchive(index.fd, h, NW.layout_id())
     index.close()
