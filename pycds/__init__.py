@@ -40,6 +40,12 @@ def _loader_parts():
 # As they were when pycds started (imported from the .pth line, before the
 # program runs; by the program when it uses the API).
 _STOCK_LOADER = _loader_parts()
+# The same as (object, attribute, value) triples, for the native verdict
+# to compare (pycds._nativeapi.IndexFinder's ``serving``).
+_STOCK_LOADER_ATTRS = tuple(zip(
+    (_bootstrap_external.SourceFileLoader,) * 4 + (_bootstrap_external,),
+    ("get_code", "source_to_code", "get_data", "path_stats", "_compile_bytecode"),
+    _STOCK_LOADER))
 
 
 def loader_patched():

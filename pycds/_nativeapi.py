@@ -114,9 +114,15 @@ class IndexFinder:
     index lookup of a name and the stats its checks take, as facts for
     pycds._search and pycds._pyc to judge.  ``index`` is an open
     pycds._archive.Index reading through descriptor ``fd``; ``files``:
-    stat the source and .pyc too (not for PYCDSCHECK=unchecked)."""
+    stat the source and .pyc too (not for PYCDSCHECK=unchecked).
+    ``serving``: None, or ``(finder, PathFinder, search, loader)`` for
+    :meth:`hit` to also require, before its verdict, what
+    ``pycds.finder.CDSFinder.find_spec`` requires of the import system
+    (``finder`` just before ``PathFinder`` on ``sys.meta_path``,
+    ``pycds._STOCK_SEARCH``, ``pycds._STOCK_LOADER_ATTRS``); its True
+    verdicts then come with the entry alone."""
 
-    def __init__(self, index, fd, files=True):
+    def __init__(self, index, fd, files=True, serving=None):
         h = index.header
         self._buckets = ffi.from_buffer(index._buckets)   # kept alive here
         self._ix = ffi.new("pycds_index *", {
@@ -129,8 +135,10 @@ class IndexFinder:
         from . import FILE_LOADERS
         from ._archive import PYC_TIMESTAMP
         # (Kept alive here; the attribute names interned, as constants are.)
-        self._ctx = (FileFinder, FILE_LOADERS, PYC_TIMESTAMP, "_loaders", "path")
-        self._ctx_stock_hooks = self._ctx + (True,)
+        self.serving = serving is not None
+        self._ctx = (FileFinder, FILE_LOADERS, PYC_TIMESTAMP, "_loaders", "path", False,
+                     serving)
+        self._ctx_stock_hooks = self._ctx[:5] + (True, serving)
 
     def find(self, name):
         """``[entry tuple, stamps of the search's steps, package directory's
@@ -152,7 +160,8 @@ class IndexFinder:
         ``sys.path_importer_cache`` yet, PathFinder would run the path hooks
         there: False, unless ``stock_hooks`` says they are importlib's own
         (:func:`pycds.path_hooks_stock`), which make a FileFinder of that
-        directory.  None, False: as :meth:`find`."""
+        directory.  With ``serving``, a True verdict is ``[entry tuple,
+        True]``.  None, False: as :meth:`find`."""
         out = []
         ctx = self._ctx_stock_hooks if stock_hooks else self._ctx
         if self._hit(self._ix, id(name), id(path), id(ctx), id(out)):

@@ -33,8 +33,8 @@ from _frozen_importlib_external import (FileFinder, PathFinder, SourceFileLoader
                                         spec_from_file_location)
 from _imp import _fix_co_filename
 
-from . import (FILE_LOADERS, _archive, _config, imported_by_interpreter, loader_patched,
-               path_hooks_stock, search_replayable)
+from . import (_STOCK_LOADER_ATTRS, _STOCK_SEARCH, FILE_LOADERS, _archive, _config,
+               imported_by_interpreter, loader_patched, path_hooks_stock, search_replayable)
 from ._config import MODE_AUTO
 from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
@@ -172,6 +172,7 @@ class _Archive:
         self._open_lock = _thread.allocate_lock()   # held while opening it
         self._opener = None     # thread id while it opens the native handle
         self._open_waited_out = False   # an import gave up waiting for that
+        self.finder = None      # the CDSFinder serving from it
 
     def _open_native(self):
         """The native handle, opened on first use; None while this very
@@ -207,12 +208,19 @@ class _Archive:
                     # way (native/archive/loader/descriptor.c).
                     self.index.adopt(self._native.fd)
                     self.fast = N.IndexFinder(self.index, self._native.fd,
-                                              self.check != "unchecked")
+                                              self.check != "unchecked", self._serving())
                 finally:
                     self._opener = None
             return self._native
         finally:
             self._open_lock.release()
+
+    def _serving(self):
+        # What the native verdict also checks for the finder (None under
+        # -vv, whose searches are never replayed: pycds.search_replayable).
+        if self.finder is None or sys.flags.verbose >= 2:
+            return None
+        return (self.finder, PathFinder, _STOCK_SEARCH, _STOCK_LOADER_ATTRS)
 
     def open_native(self):
         """:meth:`_open_native`, or None where that fails: the archive is
@@ -581,6 +589,7 @@ class CDSFinder:
 
     def __init__(self, archive):
         self.archive = archive
+        archive.finder = self
 
     # Start of importlib.abc.MetaPathFinder interface
 
@@ -610,9 +619,11 @@ class CDSFinder:
                 entry, facts = archive.index.lookup(fullname), None
             elif facts is None:
                 entry = None
-            elif verdict and _path_finder_next(self) and search_replayable() \
-                    and not loader_patched():
-                entry = None    # (served from the entry's tuple, below)
+            elif verdict and (fast.serving or _path_finder_next(self) and search_replayable()
+                              and not loader_patched()):
+                # (served from the entry's tuple, below; the native verdict
+                # checked the import system's parts itself where `serving`)
+                entry = None
             else:
                 entry, verdict = _archive.ModuleEntry(*facts[0]), False
         except Exception as e:

@@ -217,7 +217,12 @@ int pycds_index_find(const pycds_index *ix, uintptr_t name, int flags,
  * timestamp .pyc of the recorded mtime and size, the source has the
  * recorded mtime and size -- else False (the caller judges the facts).
  * `ctx`: (FileFinder, its stock (suffix, loader) list, PYC_TIMESTAMP,
- * "_loaders", "path"), the last two interned.
+ * "_loaders", "path", stock_hooks, serving), the two names interned;
+ * stock_hooks True where the path hooks are importlib's own; serving None
+ * or (finder, PathFinder, search, loader): the import system's parts the
+ * verdict also requires as pycds started with them (find.c,
+ * serving_stock()), and then a True verdict comes with the entry's tuple
+ * alone (two items appended, not six).
  * For PYCDSCHECK=mtime.  Takes the GIL. */
 int pycds_index_hit(const pycds_index *ix, uintptr_t name, uintptr_t path,
                     uintptr_t ctx, uintptr_t out_list);

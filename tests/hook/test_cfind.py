@@ -258,6 +258,25 @@ class TestVerdicts:
         assert replayed_c == replayed_py
 
 
+def timestamp_module(d, steps):
+    """Module m in directory d with its timestamp .pyc, and its entry as a
+    dump found it through the search ``steps``: (path entry, directory)
+    pairs, the last one d's."""
+    from importlib.util import cache_from_source
+    origin = d / "m.py"
+    origin.write_text("x = 1\n")
+    pyc = cache_from_source(str(origin))
+    os.makedirs(os.path.dirname(pyc))
+    src = os.stat(origin)
+    with open(pyc, "wb") as f:
+        f.write(pyc_header(_pyc.PYC_TIMESTAMP, src.st_mtime, src.st_size, b""))
+    p = os.stat(pyc)
+    search = (tuple((e, str(dir), _search._stamp(str(dir))) for e, dir in steps), None, None)
+    return entry(0, "m", origin=str(origin), search=search, pyc_path=pyc,
+                 mtime_ns=src.st_mtime_ns, size=src.st_size, pyc_kind=_pyc.PYC_TIMESTAMP,
+                 pyc_mtime_ns=p.st_mtime_ns, pyc_size=p.st_size)
+
+
 class TestNativeVerdict:
     """pycds_index_hit's verdict against the Python path on the same
     files: True only where pycds._search replays the search and
@@ -325,27 +344,15 @@ class TestNativeVerdict:
                                         "finder of another directory", "no finder first",
                                         "not cached", "a path hook raising"])
     def test_what_the_program_changed(self, tmp_path, change, monkeypatch):
-        from importlib.util import cache_from_source
         from importlib.machinery import FileFinder
         d0, d1 = tmp_path / "s0", tmp_path / "s1"
         d0.mkdir()
         d1.mkdir()
-        origin = d1 / "m.py"
-        origin.write_text("x = 1\n")
-        pyc = cache_from_source(str(origin))
-        os.makedirs(os.path.dirname(pyc))
-        src = os.stat(origin)
-        with open(pyc, "wb") as f:
-            f.write(pyc_header(_pyc.PYC_TIMESTAMP, src.st_mtime, src.st_size, b""))
         first = "" if change == "cwd entry" else str(d0)
         if change == "cwd entry":
             monkeypatch.chdir(d0)
-        search = (((first, str(d0), _search._stamp(str(d0))),
-                   (str(d1), str(d1), _search._stamp(str(d1)))), None, None)
-        p = os.stat(pyc)
-        e = entry(0, "m", origin=str(origin), search=search, pyc_path=pyc,
-                  mtime_ns=src.st_mtime_ns, size=src.st_size, pyc_kind=_pyc.PYC_TIMESTAMP,
-                  pyc_mtime_ns=p.st_mtime_ns, pyc_size=p.st_size)
+        e = timestamp_module(d1, [(first, d0), (str(d1), d1)])
+        origin, search = e.origin, e.search
         index = write_index(tmp_path / "a.img", [e])
         try:
             with import_state(path=[first, str(d1)]):
@@ -376,6 +383,59 @@ class TestNativeVerdict:
         if change in ("not cached", "a path hook raising"):
             assert cached == "absent", (change, cached)
 
+    @pytest.mark.parametrize("change", [
+        "none", "finder not on sys.meta_path", "another finder before PathFinder",
+        "PathFinder.find_spec replaced", "FileFinder.find_spec replaced",
+        "SourceFileLoader.get_data replaced", "SourceLoader.get_code replaced",
+        "_compile_bytecode replaced", "PathFinder._get_spec replaced"])
+    def test_what_serving_requires(self, tmp_path, change, monkeypatch):
+        # With `serving`, the verdict also requires what CDSFinder.find_spec
+        # checks of the import system in Python (_path_finder_next,
+        # search_replayable, loader_patched): True exactly where those hold,
+        # and then with the entry alone.
+        import _frozen_importlib_external as bx
+        import pycds
+        from pycds import finder
+        d = tmp_path / "s"
+        d.mkdir()
+        e = timestamp_module(d, [(str(d), d)])
+        origin, search = e.origin, e.search
+        index = write_index(tmp_path / "a.img", [e])
+        me, other = object(), object()
+        serving = (me, bx.PathFinder, pycds._STOCK_SEARCH, pycds._STOCK_LOADER_ATTRS)
+
+        def replaced(*args, **kwargs):
+            raise AssertionError("not called")
+        try:
+            with import_state(path=[str(d)]):
+                _search.find_spec("m", None, None, str(origin), search)   # (fills the cache)
+                at = sys.meta_path.index(bx.PathFinder)
+                if change != "finder not on sys.meta_path":
+                    sys.meta_path.insert(at, me)
+                if change == "another finder before PathFinder":
+                    sys.meta_path.insert(at + 1, other)
+                elif change == "PathFinder.find_spec replaced":
+                    monkeypatch.setattr(bx.PathFinder, "find_spec", classmethod(replaced))
+                elif change == "FileFinder.find_spec replaced":
+                    monkeypatch.setattr(bx.FileFinder, "find_spec", replaced)
+                elif change == "SourceFileLoader.get_data replaced":
+                    monkeypatch.setattr(bx.SourceFileLoader, "get_data", replaced)
+                elif change == "SourceLoader.get_code replaced":
+                    monkeypatch.setattr(bx.SourceLoader, "get_code", replaced)
+                elif change == "_compile_bytecode replaced":
+                    monkeypatch.setattr(bx, "_compile_bytecode", replaced)
+                elif change == "PathFinder._get_spec replaced":
+                    monkeypatch.setattr(bx.PathFinder, "_get_spec", classmethod(replaced))
+                got = _nativeapi.IndexFinder(index, index.descriptor(), True, serving).hit(
+                    "m", None)
+                python = (finder._path_finder_next(me) and pycds.search_replayable()
+                          and not pycds.loader_patched())
+        finally:
+            index.close()
+        assert python is (change == "none"), change
+        assert got[-1] is python and got[0] == e.to_tuple(), (change, got)
+        assert len(got) == (2 if python else 6), (change, got)
+
     def test_a_property_that_empties_sys_path_does_not_crash(self, tmp_path):
         # The attribute lookups of the verdict may run the program's code.
         (tmp_path / "m.py").write_text("X = 1\n")
@@ -392,7 +452,7 @@ class TestNativeVerdict:
                 "    return self.__dict__['path']\n"
                 "FileFinder.path = property(path)\n"
                 "import pycds.finder as f\n"
-                "print(f._installed.archive.fast.hit('n', None)[5])\n")
+                "print(f._installed.archive.fast.hit('n', None)[-1])\n")
         r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.rc == 0 and r.out in ("True\n", "False\n"), r
 

@@ -493,7 +493,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
     PyObject *steps, *cache;
     int ok = 0;
-    int stock_hooks = PyTuple_GET_SIZE(ctx) == 6 && PyTuple_GET_ITEM(ctx, 5) == Py_True;
+    int stock_hooks = PyTuple_GET_ITEM(ctx, 5) == Py_True;
 
     if (search == Py_None || nsteps == 0) {
         return 0;
@@ -616,14 +616,85 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
     return ok;
 }
 
+/* Whether what the verdict assumes of the import system still holds
+ * (`serving`, from pycds._nativeapi.IndexFinder): (finder, PathFinder,
+ * search, loader).  The finder stands just before PathFinder on
+ * sys.meta_path (pycds.finder._path_finder_next), each (class, name,
+ * original) of `search` is in the class's own dict as pycds started with it
+ * (pycds.search_replayable), and each (object, name, value) of `loader`
+ * is what getattr finds (pycds.loader_patched).  1 or 0 (any doubt, any
+ * error): the Python side then checks the same, its way. */
+static int
+serving_stock(PyObject *serving)
+{
+    PyObject *finder, *path_finder, *search, *loader, *meta_path;
+    Py_ssize_t i, n;
+
+    if (!PyTuple_CheckExact(serving) || PyTuple_GET_SIZE(serving) != 4) {
+        return 0;
+    }
+    finder = PyTuple_GET_ITEM(serving, 0);
+    path_finder = PyTuple_GET_ITEM(serving, 1);
+    search = PyTuple_GET_ITEM(serving, 2);
+    loader = PyTuple_GET_ITEM(serving, 3);
+    if (!PyTuple_CheckExact(search) || !PyTuple_CheckExact(loader)) {
+        return 0;
+    }
+    meta_path = PySys_GetObject("meta_path");     /* borrowed */
+    if (meta_path == NULL || !PyList_CheckExact(meta_path)) {
+        return 0;
+    }
+    n = PyList_GET_SIZE(meta_path);
+    for (i = 0; i + 1 < n; i++) {
+        if (PyList_GET_ITEM(meta_path, i) == finder) {
+            break;
+        }
+    }
+    if (i + 1 >= n || PyList_GET_ITEM(meta_path, i + 1) != path_finder) {
+        return 0;
+    }
+    for (i = 0; i < PyTuple_GET_SIZE(search); i++) {
+        PyObject *t = PyTuple_GET_ITEM(search, i), *dict;
+        if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3
+                || !PyType_Check(PyTuple_GET_ITEM(t, 0))) {
+            return 0;
+        }
+        /* (A class defined in Python: its dict is tp_dict, 3.10-3.13.) */
+        dict = ((PyTypeObject *)PyTuple_GET_ITEM(t, 0))->tp_dict;
+        if (dict == NULL || !PyDict_CheckExact(dict)
+                || PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(t, 1))
+                   != PyTuple_GET_ITEM(t, 2)) {
+            return 0;
+        }
+    }
+    for (i = 0; i < PyTuple_GET_SIZE(loader); i++) {
+        PyObject *t = PyTuple_GET_ITEM(loader, i), *now;
+        int eq;
+        if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3) {
+            return 0;
+        }
+        now = PyObject_GetAttr(PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1));
+        if (now == NULL) {
+            return 0;
+        }
+        eq = PyObject_RichCompareBool(now, PyTuple_GET_ITEM(t, 2), Py_EQ);
+        Py_DECREF(now);
+        if (eq != 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* 1 when plain import would take the archived module as recorded: the
  * search replays (replays()), the .pyc it would read is the recorded one
  * (cached_is_recorded()), a timestamp .pyc of the recorded mtime and size,
  * and the source has the recorded mtime and size: pycds._pyc.check's answer
  * "unchanged" under PYCDSCHECK=mtime without reading a file.  ctx:
- * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path"), the
- * names interned, and optionally True: the path hooks are importlib's own
- * (replays()).  0 otherwise: the Python side judges the facts. */
+ * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path", the
+ * names interned; True when the path hooks are importlib's own
+ * (replays()), else False; `serving` or None), where serving_stock()
+ * must hold too.  0 otherwise: the Python side judges the facts. */
 static int
 verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         PyObject *path, PyObject *ctx)
@@ -631,7 +702,7 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
     int eq;
 
-    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) < 5 || PyTuple_GET_SIZE(ctx) > 6) {
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 7) {
         return 0;
     }
     eq = PyObject_RichCompareBool(kind, PyTuple_GET_ITEM(ctx, 2), Py_EQ);
@@ -644,7 +715,8 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
                                    PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH))) {
         return 0;
     }
-    return replays(entry, facts, nsteps, path, ctx);
+    return replays(entry, facts, nsteps, path, ctx)
+           && (PyTuple_GET_ITEM(ctx, 6) == Py_None || serving_stock(PyTuple_GET_ITEM(ctx, 6)));
 }
 
 /* ---- the entry point --------------------------------------------------- */
@@ -739,14 +811,22 @@ find(const pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
         goto done;
     }
     stat_all(facts, n);
-    rc = report(out, entry, facts, nsteps, flags & PYCDS_FIND_FILES) < 0
-         ? PYCDS_E_PYTHON : PYCDS_OK;
-    if (rc == PYCDS_OK && ctx != NULL) {
-        int v = verdict(entry, facts, nsteps, path, ctx);
+    if (ctx != NULL) {
+        int v = verdict(entry, facts, nsteps, path, ctx) > 0;
         PyErr_Clear();
-        if (PyList_Append(out, v > 0 ? Py_True : Py_False) < 0) {
+        /* A verdict with `serving` checked is all the caller needs: the
+         * entry, not the facts. */
+        if (v && PyTuple_GET_ITEM(ctx, 6) != Py_None) {
+            rc = PyList_Append(out, entry) < 0 ? PYCDS_E_PYTHON : PYCDS_OK;
+        } else {
+            rc = report(out, entry, facts, nsteps, 1) < 0 ? PYCDS_E_PYTHON : PYCDS_OK;
+        }
+        if (rc == PYCDS_OK && PyList_Append(out, v ? Py_True : Py_False) < 0) {
             rc = PYCDS_E_PYTHON;
         }
+    } else {
+        rc = report(out, entry, facts, nsteps, flags & PYCDS_FIND_FILES) < 0
+             ? PYCDS_E_PYTHON : PYCDS_OK;
     }
     if (rc != PYCDS_OK) {
         PyList_SetSlice(out, 0, PyList_GET_SIZE(out), NULL);
