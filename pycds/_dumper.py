@@ -610,7 +610,8 @@ def _pycds_version():
 
 def preload():
     """Import, at the start of a DUMP run, what :func:`dump_at_exit` needs
-    (the native module with ``_cffi_backend``, ``fcntl``), so
+    (the native module with ``_cffi_backend`` and its writer's calls,
+    ``fcntl``), so
     that the dump does not depend on the import system the program leaves
     at exit: a path hook that raises, ``sys.path`` without site-packages, a
     meta path finder that refuses names.  The import costs the same then as
@@ -618,6 +619,7 @@ def preload():
     try:
         _fcntl()
         _nativeload.import_native(sys.path)     # (the program has not run yet)
+        from . import _nativewriter  # noqa: F401
     except Exception:
         pass
 
