@@ -171,6 +171,9 @@ def _copy(pairs, verbose, skip_preloaded, roots, N):
         # What the code is, whatever the environment says by now.
         meta["debug_ranges"] = ranges
     meta["layout"] = N.layout_id()
+    counter = N.version_counter_at()
+    if counter is not None:
+        meta["version_counter"] = counter
     meta["pycds"] = _pycds_version()
     # Which program it is for (python -m pycds info, cache list).
     meta["program"] = list(getattr(sys, "orig_argv", sys.argv))

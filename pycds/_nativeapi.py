@@ -47,9 +47,13 @@ def hash64(data, seed=0):
 
 
 class NativeArchive:
-    """A reserved archive heap from which modules are loaded once each."""
+    """A reserved archive heap from which modules are loaded once each.
+    ``version_counter``: the offset of CPython 3.12's code version counter
+    the archive records (pycds._nativewriter.version_counter_at), drawn
+    from directly where it checks out (``self.version_counter``)."""
 
-    def __init__(self, fd, header, layout, verify=False, prefetch=0, release=1):
+    def __init__(self, fd, header, layout, verify=False, prefetch=0, release=1,
+                 version_counter=None):
         out = ffi.new("pycds_archive **")
         layout_id = ffi.new("char[]", layout.encode())   # alive for the call
         h = ffi.new("pycds_archive_header *", {
@@ -60,6 +64,11 @@ class NativeArchive:
             "layout_id": layout_id})
         _check(lib.pycds_archive_open(fd, h, out), "open")
         self._a = out[0]
+        # (3.12: where the archive names the code version counter and it is
+        # there, versions are drawn from it; otherwise as before.)
+        self.version_counter = type(version_counter) is int and \
+            -(1 << 63) <= version_counter < 1 << 63 and \
+            lib.pycds_layout_use_version_counter(version_counter) == 0
         _check(lib.pycds_archive_set_verify(self._a, bool(verify)), "verify")
         if prefetch:
             _check(lib.pycds_archive_set_prefetch(self._a, prefetch), "prefetch")

@@ -6,7 +6,7 @@ as there.
 
 from ._nativeapi import _check, ffi, hash64, lib
 
-__all__ = ["layout_id", "preallocate", "frozenset_items", "Chunk", "Writer", "Renumbering",
+__all__ = ["layout_id", "version_counter_at", "preallocate", "frozenset_items", "Chunk", "Writer", "Renumbering",
            "hash64"]
 
 
@@ -15,6 +15,16 @@ def layout_id():
     buf = ffi.new("char[]", 512)
     _check(lib.pycds_layout_id(buf, 512), "layout id")
     return ffi.string(buf).decode()
+
+
+def version_counter_at():
+    """The offset from the image anchor of CPython 3.12's private code
+    version counter (native/archive/pycds_native.h,
+    pycds_layout_version_counter_at), for the loader to draw from it
+    directly; None where there is none to find (other versions, a stripped
+    libpython) or it cannot be checked."""
+    out = ffi.new("int64_t *")
+    return out[0] if lib.pycds_layout_version_counter_at(out) == 0 else None
 
 
 def preallocate(fd, length):

@@ -203,7 +203,7 @@ class _Archive:
                         self.index.descriptor(), self.index.header,
                         self.index.meta.get("layout", ""), self.verify,
                         PREFETCH_WINDOW if self.prefetch else 0,
-                        self.release_mode)
+                        self.release_mode, self.index.meta.get("version_counter"))
                     # One descriptor on the archive, out of the program's
                     # way (native/archive/loader/descriptor.c).
                     self.index.adopt(self._native.fd)

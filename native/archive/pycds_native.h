@@ -91,6 +91,18 @@ int pycds_preallocate(int fd, uint64_t length, int *err);
  * the static objects could sit at other offsets from the anchor. */
 int pycds_layout_id(char *buf, size_t cap);
 
+/* CPython 3.12 draws each code object's co_version from a counter private
+ * to libpython (_Py_next_func_version), which the loader otherwise draws
+ * from by making and freeing a tiny code object per loaded one.  The
+ * writer finds the counter in libpython's symbol table (not stripped, the
+ * file the loaded build's) and gives its offset from the image anchor, to
+ * be recorded in the archive; the loader checks that the offset holds the
+ * counter (two draws) and then draws from it directly.  Elsewhere, and
+ * where it cannot be found or checked: PYCDS_E_UNSUPPORTED with why.
+ * Both take the GIL. */
+int pycds_layout_version_counter_at(int64_t *offset);
+int pycds_layout_use_version_counter(int64_t offset);
+
 /* Writer: deep-copies code objects into a growing heap.  The writer owns
  * its buffers; pycds_writer_free() releases them (NULL is allowed). */
 int pycds_writer_new(uint64_t seed, pycds_writer **out);

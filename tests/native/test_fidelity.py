@@ -6,6 +6,7 @@ watchers.  Each test compares what the running version has (checked with
 ctypes, since Python does not expose these fields)."""
 
 import ctypes
+import inspect
 import marshal
 import sys
 import types
@@ -143,15 +144,56 @@ def test_code_watchers_see_each_loaded_code_object(loaded):
     assert others == []       # as with marshal.loads: creations only
 
 
+def share_run(tmp_path, probe):
+    """``python -c probe`` under SHARE (PYCDSVERBOSE=1), with an archive of
+    module m (SRC) dumped in tmp_path."""
+    from conftest import run_python
+    (tmp_path / "m.py").write_text(SRC)
+    img = str(tmp_path / "a.img")
+    run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+    return run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                      PYCDSVERBOSE=1)
+
+
+@pytest.mark.skipif(not HAS_CODE_VERSION, reason="co_version is new in 3.12")
+def test_versions_drawn_from_the_counter_are_init_codes(tmp_path):
+    # 3.12: the archive names libpython's private code version counter
+    # where the writer finds it (its symbol table), and the loader then
+    # draws from it directly instead of making a replica per code object.
+    # Either way each loaded code object gets the version init_code would
+    # give it: unique, between those of code objects made before and after.
+    from pycds import _nativeapi, _nativewriter
+    at = _nativewriter.version_counter_at()
+    why = _nativeapi.ffi.string(_nativeapi.lib.pycds_last_error()).decode()
+    if sys.version_info[:2] == (3, 12):
+        assert at is not None or any(w in why for w in (
+            "stripped", "no build id", "not the loaded build")), why
+    else:
+        assert at is None and "need no counter" in why, (at, why)
+    probe = "import ctypes, types\n" + inspect.getsource(_u32) + \
+        inspect.getsource(code_version_offset) + (
+            "off = code_version_offset()\n"
+            "before = compile('pass', '/v/b.py', 'exec')\n"
+            "import m\n"
+            "after = compile('pass', '/v/a.py', 'exec')\n"
+            "codes = [m.outer.__code__, m.C.m.__code__, m.C.am.__code__]\n"
+            "codes += [c for c in m.outer.__code__.co_consts if isinstance(c, types.CodeType)]\n"
+            "vs = [_u32(id(c) + off) for c in codes]\n"
+            "lo, hi = _u32(id(before) + off), _u32(id(after) + off)\n"
+            "import pycds.finder as f\n"
+            "print(f._installed.archive._native.version_counter,\n"
+            "      len(set(vs)) == len(vs) and all(lo < v < hi for v in vs),\n"
+            "      m.outer(1)(1), m.C().m())\n")
+    r = share_run(tmp_path, probe)
+    assert r.out.split(maxsplit=3) == [str(at is not None), "True", "5", "[2, 4, 6]\n"], r
+    assert "m" in r.served() and not r.warnings(), r
+
+
 def test_loading_raises_no_audit_event(tmp_path):
     # marshal.loads of a .pyc raises no code.__new__ event; neither may the
     # load (the 3.12 loader once made its co_version replicas with
     # code.replace(), which raises one per code object).  A hook that
     # refuses code.__new__ (sandbox style) must not stop modules being served.
-    from conftest import run_python
-    (tmp_path / "m.py").write_text(SRC)
-    img = str(tmp_path / "a.img")
-    run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
     probe = (
         "import sys\n"
         "seen = []\n"
@@ -162,7 +204,6 @@ def test_loading_raises_no_audit_event(tmp_path):
         "sys.addaudithook(hook)\n"
         "import m\n"
         "print(m.outer(1)(1), seen)\n")
-    r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
-                   PYCDSVERBOSE=1)
+    r = share_run(tmp_path, probe)
     assert (r.rc, r.out) == (0, "5 []\n"), r
     assert "m" in r.served() and not r.warnings() and not r.fallbacks(), r

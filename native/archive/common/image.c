@@ -11,15 +11,25 @@
  * The object is found once with dl_iterate_phdr(): its PT_LOAD segments give
  * the address ranges used to classify pointers (and to bounds-check external
  * relocations at load); its PT_NOTE NT_GNU_BUILD_ID identifies the exact build.
+ * pycds_image_symbol() reads a symbol the object does not export (a static
+ * variable of libpython) from its file's .symtab, when the file is that
+ * build and has one.
  */
 #include "pycds_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <elf.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_SEGMENTS 16
+/* Largest .symtab or .strtab read (libpython 3.12's: ~0.4 MB each). */
+#define MAX_SYMTAB_BYTES (64u << 20)
 
 static struct {
     int ready;
@@ -29,31 +39,40 @@ static struct {
     uintptr_t lo[MAX_SEGMENTS];
     uintptr_t hi[MAX_SEGMENTS];
     char build_id[2 * 64 + 1];
+    uintptr_t base;           /* dlpi_addr: file addresses + base = addresses */
+    char path[PATH_MAX];      /* its file ("" for the executable) */
 } image;
 
+/* The hex NT_GNU_BUILD_ID among the notes [p, end) into out (2 * 64 + 1
+ * bytes); out is left as it was when there is none. */
 static void
-read_build_id(struct dl_phdr_info *info, const ElfW(Phdr) *ph)
+parse_build_id(const uint8_t *p, const uint8_t *end, char *out)
 {
-    const uint8_t *p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
-    const uint8_t *end = p + ph->p_memsz;
-    while (p + sizeof(ElfW(Nhdr)) <= end) {
+    while ((size_t)(end - p) >= sizeof(ElfW(Nhdr))) {
         const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
         size_t namesz = (nh->n_namesz + 3u) & ~3u;
         size_t descsz = (nh->n_descsz + 3u) & ~3u;
         const uint8_t *name = p + sizeof(ElfW(Nhdr));
-        const uint8_t *desc = name + namesz;
-        if (desc + descsz > end) {
+        if (namesz > (size_t)(end - name) || descsz > (size_t)(end - name) - namesz) {
             return;
         }
+        const uint8_t *desc = name + namesz;
         if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4
             && memcmp(name, "GNU", 4) == 0 && nh->n_descsz <= 64) {
             for (size_t i = 0; i < nh->n_descsz; i++) {
-                snprintf(image.build_id + 2 * i, 3, "%02x", desc[i]);
+                snprintf(out + 2 * i, 3, "%02x", desc[i]);
             }
             return;
         }
         p = desc + descsz;
     }
+}
+
+static void
+read_build_id(struct dl_phdr_info *info, const ElfW(Phdr) *ph)
+{
+    const uint8_t *p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+    parse_build_id(p, p + ph->p_memsz, image.build_id);
 }
 
 static int
@@ -74,6 +93,10 @@ find_image(struct dl_phdr_info *info, size_t size, void *data)
     }
     if (!found) {
         return 0;
+    }
+    image.base = info->dlpi_addr;
+    if (info->dlpi_name != NULL && strlen(info->dlpi_name) < sizeof(image.path)) {
+        strcpy(image.path, info->dlpi_name);
     }
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -98,6 +121,7 @@ pycds_image_init(void)
     uintptr_t anchor = (uintptr_t)&_Py_NoneStruct;
     image.nseg = 0;
     image.build_id[0] = '\0';
+    image.path[0] = '\0';
     if (dl_iterate_phdr(find_image, &anchor) == 0 || image.nseg == 0) {
         return pycds_fail(PYCDS_E_FOREIGN,
                           "cannot find the loaded object holding _Py_NoneStruct");
@@ -153,4 +177,143 @@ const char *
 pycds_image_build_id(void)
 {
     return image.build_id;
+}
+
+/* n bytes at offset off of fd into buf: 0, or -1 (errno set; EIO for a
+ * short file). */
+static int
+pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            if (got == 0) {
+                errno = EIO;
+            }
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* Section i's bytes, malloc'ed (NULL: a failure said). */
+static uint8_t *
+read_section(int fd, const ElfW(Shdr) *sh, const char *what)
+{
+    if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0 || sh->sh_size > MAX_SYMTAB_BYTES) {
+        pycds_fail(PYCDS_E_UNSUPPORTED, "%s of %zu bytes", what, (size_t)sh->sh_size);
+        return NULL;
+    }
+    uint8_t *buf = malloc(sh->sh_size);
+    if (buf == NULL) {
+        pycds_fail(PYCDS_E_NOMEM, "%s: out of memory", what);
+        return NULL;
+    }
+    if (pread_all(fd, buf, sh->sh_size, sh->sh_offset) != 0) {
+        pycds_fail(PYCDS_E_IO, "reading the %s: %s", what, strerror(errno));
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Whether the file's notes name the loaded build (so that its symbols'
+ * addresses are the loaded object's). */
+static int
+same_build(int fd, const ElfW(Shdr) *sh, int n)
+{
+    char id[2 * 64 + 1] = "";
+    for (int i = 0; i < n && id[0] == '\0'; i++) {
+        if (sh[i].sh_type == SHT_NOTE && sh[i].sh_size <= 4096) {
+            uint8_t *notes = read_section(fd, &sh[i], "note section");
+            if (notes == NULL) {
+                return 0;
+            }
+            parse_build_id(notes, notes + sh[i].sh_size, id);
+            free(notes);
+        }
+    }
+    return id[0] != '\0' && strcmp(id, image.build_id) == 0;
+}
+
+int
+pycds_image_symbol(const char *name, uint64_t size, uintptr_t *addr)
+{
+    int rc = pycds_image_init();
+    if (rc) {
+        return rc;
+    }
+    if (image.build_id[0] == '\0') {
+        return pycds_fail(PYCDS_E_UNSUPPORTED, "the interpreter has no build id");
+    }
+    const char *path = image.path[0] ? image.path : "/proc/self/exe";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return pycds_fail(PYCDS_E_IO, "open %s: %s", path, strerror(errno));
+    }
+    ElfW(Ehdr) eh;
+    ElfW(Shdr) *sh = NULL;
+    uint8_t *syms = NULL, *strs = NULL;
+    rc = PYCDS_E_UNSUPPORTED;
+    if (pread_all(fd, &eh, sizeof eh, 0) != 0 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0
+            || eh.e_shentsize != sizeof(ElfW(Shdr)) || eh.e_shnum == 0) {
+        pycds_fail(rc, "%s: not an ELF file with sections", path);
+        goto done;
+    }
+    sh = calloc(eh.e_shnum, sizeof *sh);
+    if (sh == NULL) {
+        rc = pycds_fail(PYCDS_E_NOMEM, "section headers: out of memory");
+        goto done;
+    }
+    if (pread_all(fd, sh, (size_t)eh.e_shnum * sizeof *sh, eh.e_shoff) != 0) {
+        rc = pycds_fail(PYCDS_E_IO, "%s: section headers: %s", path, strerror(errno));
+        goto done;
+    }
+    if (!same_build(fd, sh, eh.e_shnum)) {
+        pycds_fail(rc, "%s is not the loaded build", path);
+        goto done;
+    }
+    int t = 0;
+    while (t < eh.e_shnum && sh[t].sh_type != SHT_SYMTAB) {
+        t++;
+    }
+    if (t == eh.e_shnum || sh[t].sh_link >= eh.e_shnum
+            || sh[t].sh_entsize != sizeof(ElfW(Sym))) {
+        pycds_fail(rc, "%s has no symbol table (stripped)", path);
+        goto done;
+    }
+    syms = read_section(fd, &sh[t], "symbol table");
+    strs = syms == NULL ? NULL : read_section(fd, &sh[sh[t].sh_link], "string table");
+    if (strs == NULL) {
+        rc = PYCDS_E_IO;
+        goto done;
+    }
+    size_t nsyms = sh[t].sh_size / sizeof(ElfW(Sym)), strsz = sh[sh[t].sh_link].sh_size;
+    size_t namelen = strlen(name);
+    for (size_t i = 0; i < nsyms; i++) {
+        ElfW(Sym) sym;
+        memcpy(&sym, syms + i * sizeof sym, sizeof sym);
+        if (ELF64_ST_TYPE(sym.st_info) == STT_OBJECT && sym.st_size == size
+                && sym.st_name < strsz && strsz - sym.st_name > namelen
+                && memcmp(strs + sym.st_name, name, namelen + 1) == 0) {
+            *addr = image.base + (uintptr_t)sym.st_value;
+            rc = pycds_image_contains((const void *)*addr, size) ? PYCDS_OK
+                 : pycds_fail(PYCDS_E_UNSUPPORTED, "%s is outside the loaded object", name);
+            goto done;
+        }
+    }
+    pycds_fail(rc, "%s has no symbol %s", path, name);
+done:
+    free(strs);
+    free(syms);
+    free(sh);
+    close(fd);
+    return rc;
 }

@@ -540,6 +540,23 @@ pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
 }
 #endif
 
+#ifndef PYCDS_LAYOUT_HAS_VERSION_COUNTER
+/* Only 3.12 draws code versions from a counter private to libpython. */
+int
+pycds_layout_version_counter_at(int64_t *offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+
+int
+pycds_layout_use_version_counter(int64_t offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+#endif
+
 #ifndef PYCDS_LAYOUT_HAS_AFTER_LOAD
 /* Code objects of this layout carry no per-process state that init_code
  * sets (3.10, 3.11: the copy is complete as it is). */

@@ -73,6 +73,11 @@ int pycds_image_contains(const void *p, size_t size);
 void pycds_image_hot(uintptr_t *lo, uintptr_t *hi);
 uintptr_t pycds_image_anchor(void);
 const char *pycds_image_build_id(void);   /* hex, or "" if none */
+/* The address of the data symbol `name` of `size` bytes of that object,
+ * exported or not, read from its file's symbol table when the file is the
+ * loaded build (its build id) and the address lies in the object.  Not for
+ * a hot path: it reads the file's .symtab and .strtab. */
+int pycds_image_symbol(const char *name, uint64_t size, uintptr_t *addr);
 
 /* Where a loaded module's chunk lives.  Its head (chunk bytes [0, root_off):
  * function code and what it may keep alive) and its tail ([root_off, len):

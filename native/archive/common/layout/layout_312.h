@@ -585,6 +585,10 @@ draw_code_version(PyInterpreterState *interp, uint32_t *version)
  * them draw code versions. */
 static PyCodeObject *version_template;
 static struct _PyCodeConstructor version_con;
+/* _Py_next_func_version itself, once found and checked
+ * (pycds_layout_use_version_counter): versions are then drawn from it
+ * as init_code draws them, without a replica. */
+static uint32_t *version_counter;
 
 /* Draw the next code version the way init_code does: 3.12 keeps the
  * counter in a variable private to libpython (_Py_next_func_version in
@@ -601,6 +605,15 @@ static struct _PyCodeConstructor version_con;
 static int
 draw_code_version(PyInterpreterState *interp, uint32_t *version)
 {
+    if (version_counter != NULL) {
+        /* (init_code, 3.12 Objects/codeobject.c; the GIL is held) */
+        uint32_t v = *version_counter;
+        if (v != 0) {
+            *version_counter = v + 1;
+        }
+        *version = v;
+        return PYCDS_OK;
+    }
     uint8_t watchers = interp->active_code_watchers;
     interp->active_code_watchers = 0;
     if (version_template == NULL) {
@@ -649,6 +662,75 @@ draw_code_version(PyInterpreterState *interp, uint32_t *version)
         return pycds_fail_python("drawing a code version");
     }
     return PYCDS_OK;
+}
+
+/* Whether the 4 bytes at addr are the counter init_code draws from: two
+ * replicas in a row each take the value there and leave it one more (or
+ * 0, used up), after a first one that makes the template (which draws a
+ * version of its own).  Holds the GIL. */
+static int
+is_version_counter(uintptr_t addr)
+{
+    volatile uint32_t *p = (volatile uint32_t *)addr;
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    uint32_t first;
+    if (draw_code_version(interp, &first) != PYCDS_OK) {
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        uint32_t before = *p, got;
+        if (draw_code_version(interp, &got) != PYCDS_OK
+                || got != before || *p != (before != 0 ? before + 1 : 0)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#define PYCDS_LAYOUT_HAS_VERSION_COUNTER
+int
+pycds_layout_version_counter_at(int64_t *offset)
+{
+    uintptr_t addr;
+    int rc = pycds_image_symbol("_Py_next_func_version", sizeof(uint32_t), &addr);
+    if (rc) {
+        return rc;
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    int ok = version_counter != NULL || is_version_counter(addr);
+    PyGILState_Release(g);
+    if (!ok) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED,
+                          "_Py_next_func_version does not count code objects");
+    }
+    *offset = (int64_t)(addr - pycds_image_anchor());
+    return PYCDS_OK;
+}
+
+int
+pycds_layout_use_version_counter(int64_t offset)
+{
+    int rc = pycds_image_init();
+    if (rc) {
+        return rc;
+    }
+    /* (An archive's layout id names the build: the offset is this one's.) */
+    uintptr_t addr = pycds_image_anchor() + (uintptr_t)offset;
+    if (pycds_image_build_id()[0] == '\0'
+            || !pycds_image_contains((const void *)addr, sizeof(uint32_t))
+            || addr % _Alignof(uint32_t) != 0) {
+        return pycds_fail(PYCDS_E_UNSUPPORTED, "no code version counter at %lld",
+                          (long long)offset);
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (version_counter == NULL && is_version_counter(addr)) {
+        version_counter = (uint32_t *)addr;
+    }
+    int ok = version_counter == (uint32_t *)addr;
+    PyGILState_Release(g);
+    return ok ? PYCDS_OK
+              : pycds_fail(PYCDS_E_UNSUPPORTED, "no code version counter at %lld",
+                           (long long)offset);
 }
 #endif
 
