@@ -32,7 +32,7 @@ import time
 from _frozen_importlib import ModuleSpec
 from _frozen_importlib_external import SourceFileLoader
 
-from . import _archive, _capture, _config, _log, _nativeload, _pyc
+from . import _archive, _capture, _config, _log, _pyc, import_native
 from . import _dump_order, _search, _trust, _writer
 from . import is_hook_module
 from .errors import ArchiveFormatError, NativeError
@@ -621,7 +621,7 @@ def preload():
     at exit.  A failure is left for the dump at exit to report."""
     try:
         _fcntl()
-        _nativeload.import_native(sys.path)     # (the program has not run yet)
+        import_native(sys.path)     # (the program has not run yet)
         from . import _nativewriter  # noqa: F401
     except Exception:
         pass

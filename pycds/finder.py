@@ -197,7 +197,7 @@ class _Archive:
             if self._native is None:
                 self._opener = me
                 try:
-                    from ._nativeload import import_native
+                    from . import import_native
                     N = import_native(_startup_path)
                     self._native = N.NativeArchive(
                         self.index.descriptor(), self.index.header,
