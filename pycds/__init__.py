@@ -28,44 +28,101 @@ __all__ = ["dump", "start", "stats", "_dump", "__version__"]
 _started = False
 
 
-def _loader_parts():
-    # What SourceLoader.get_code makes a module's code with, as a program
-    # may replace them: the methods it calls on the loader, the function
-    # that unmarshals a .pyc (pycds._pyc.loader_patched).
-    cls = _bootstrap_external.SourceFileLoader
-    return (cls.get_code, cls.source_to_code, cls.get_data, cls.path_stats,
-            _bootstrap_external._compile_bytecode)
+_MISSING = object()
 
 
-# As they were when pycds started (imported from the .pth line, before the
-# program runs; by the program when it uses the API).
-_STOCK_LOADER = _loader_parts()
-# The same as (object, attribute, value) triples, for the native verdict
-# to compare (pycds._nativeapi.IndexFinder's ``serving``).
-_STOCK_LOADER_ATTRS = tuple(zip(
-    (_bootstrap_external.SourceFileLoader,) * 4 + (_bootstrap_external,),
-    ("get_code", "source_to_code", "get_data", "path_stats", "_compile_bytecode"),
-    _STOCK_LOADER))
+def _stored(obj, name):
+    # What is stored under ``name``: in the dict of the first class of
+    # ``obj``'s MRO that has it (a class), in its dict (a module); no
+    # descriptor and no code of a program's runs, and a wrapper that
+    # compares equal to what it wraps is not taken for it.
+    if type(obj) is type:
+        for cls in obj.__mro__:
+            value = cls.__dict__.get(name, _MISSING)
+            if value is not _MISSING:
+                return value
+        return _MISSING
+    return obj.__dict__.get(name, _MISSING)
+
+
+# What SourceLoader.get_code makes a module's code with, as a program may
+# replace them: the methods it calls on the loader, the functions that name,
+# check and unmarshal a .pyc; as
+# (object, name, value) triples, the values as they were when pycds started
+# (imported from the .pth line, before the program runs; by the program
+# when it uses the API).  The native verdict compares them too
+# (pycds._nativeapi.IndexFinder's ``serving``).
+_STOCK_LOADER_ATTRS = tuple(
+    (obj, name, _stored(obj, name))
+    for obj, names in ((_bootstrap_external.SourceFileLoader,
+                        ("get_code", "source_to_code", "get_data", "path_stats")),
+                       (_bootstrap_external,
+                        ("_compile_bytecode", "cache_from_source", "_classify_pyc",
+                         "_validate_timestamp_pyc")),
+                       (_bootstrap_external.marshal, ("loads",)),
+                       (_bootstrap_external._imp, ("_fix_co_filename",)))
+    for name in names)
+
+
+def _lookup_chain(obj, name):
+    # The dicts _stored() looks ``name`` up in, in order, up to the one
+    # that holds it now (all of them where none does).
+    if type(obj) is not type:
+        return (obj.__dict__,)
+    chain = []
+    for cls in obj.__mro__:
+        chain.append(cls.__dict__)     # (a view: it follows the class)
+        if name in chain[-1]:
+            break
+    return tuple(chain)
+
+
+# _STOCK_LOADER_ATTRS as loader_patched() checks them, once per served
+# module: for each, the dicts before the one holding the stock value (where
+# a program's own would shadow it), that one, the name and the value; and
+# the MRO they come from (a program's __bases__ assignment makes another).
+_LOADER_MRO = _bootstrap_external.SourceFileLoader.__mro__
+_STOCK_LOADER_CHAINS = tuple(
+    (chain[:-1], chain[-1], name, stock)
+    for obj, name, stock in _STOCK_LOADER_ATTRS
+    for chain in (_lookup_chain(obj, name),))
 
 
 def loader_patched():
     """Whether the program has replaced a part of the stock
     ``SourceFileLoader`` that plain import's ``get_code`` uses (a
-    ``source_to_code`` that rewrites code, say): code made or archived then
-    is not what the stock loader makes, so pycds neither archives nor serves
-    it.  The stock parts are those pycds started with."""
-    return _loader_parts() != _STOCK_LOADER
+    ``source_to_code`` that rewrites code, say; a wrapper around
+    ``get_code`` that an APM agent installs): code made or archived then is
+    not what the stock loader makes, so pycds neither archives nor serves
+    it.  The stock parts are those pycds started with, compared by identity
+    where they are stored (:func:`_stored`: no descriptor runs)."""
+    if _bootstrap_external.SourceFileLoader.__mro__ is not _LOADER_MRO:
+        return True
+    for before, holder, name, stock in _STOCK_LOADER_CHAINS:
+        for d in before:
+            if name in d:
+                return True
+        if holder.get(name, _MISSING) is not stock:
+            return True
+    return False
 
 
 # The methods of plain import's search whose answer pycds replays
 # (pycds._search, native/archive/loader/find.c), as pycds started with them:
 # a program that replaces one gets it called.
 _STOCK_SEARCH = tuple(
-    (cls, name, cls.__dict__[name])
+    (cls, name, cls.__dict__.get(name))     # (None: inherited)
     for cls, names in ((_bootstrap_external.PathFinder,
                         ("find_spec", "_get_spec", "_path_importer_cache")),
-                       (_bootstrap_external.FileFinder, ("find_spec",)))
+                       (_bootstrap_external.FileFinder,
+                        ("find_spec", "_get_spec", "_fill_cache", "__getattribute__")))
     for name in names)
+# The functions FileFinder.find_spec calls (importlib/_bootstrap_external.py,
+# 3.10-3.13), as (module, name, value) triples compared as
+# _STOCK_LOADER_ATTRS are.
+_STOCK_SEARCH_FUNCS = tuple(
+    (_bootstrap_external, name, _stored(_bootstrap_external, name))
+    for name in ("_path_stat", "_path_join", "_path_isfile", "_path_isdir", "_relax_case"))
 
 
 def _hook_parts():
@@ -147,6 +204,9 @@ def search_replayable():
         return False
     for cls, name, original in _STOCK_SEARCH:
         if cls.__dict__.get(name) is not original:
+            return False
+    for obj, name, original in _STOCK_SEARCH_FUNCS:
+        if _stored(obj, name) is not original:
             return False
     return True
 

@@ -128,7 +128,8 @@ class IndexFinder:
     :meth:`hit` to also require, before its verdict, what
     ``pycds.finder.CDSFinder.find_spec`` requires of the import system
     (``finder`` just before ``PathFinder`` on ``sys.meta_path``,
-    ``pycds._STOCK_SEARCH``, ``pycds._STOCK_LOADER_ATTRS``); its True
+    ``pycds._STOCK_SEARCH``; ``pycds._STOCK_LOADER_ATTRS`` and
+    ``pycds._STOCK_SEARCH_FUNCS`` in ``loader``); its True
     verdicts then come with the entry alone."""
 
     def __init__(self, index, fd, files=True, serving=None):

@@ -163,6 +163,14 @@ class Recorder:
         return None
 
 
+def own_search_methods(finder):
+    """Whether FileFinder ``finder`` has a search method of its own in its
+    dict (a program's wrapper), which PathFinder calls: then its search is
+    not replayed."""
+    d = finder.__dict__
+    return "find_spec" in d or "_get_spec" in d or "_fill_cache" in d
+
+
 def find_spec(fullname, path, target, origin, search, stamps=None):
     """``PathFinder.find_spec(fullname, path, target)``, answered from
     ``search`` (what :meth:`Recorder.record` returned at DUMP for the module
@@ -187,7 +195,8 @@ def find_spec(fullname, path, target, origin, search, stamps=None):
         finder = PathFinder._path_importer_cache(entry)
         if finder is None and i < last:
             continue          # PathFinder skips it too
-        if type(finder) is not FileFinder or finder._loaders != FILE_LOADERS:
+        if type(finder) is not FileFinder or finder._loaders != FILE_LOADERS \
+                or own_search_methods(finder):
             return PathFinder.find_spec(fullname, path, target)
         if stamp is not None and finder.path == directory and \
                 (_stamp(directory) if stamps is None else stamps[0][i]) == stamp:

@@ -33,8 +33,9 @@ from _frozen_importlib_external import (FileFinder, PathFinder, SourceFileLoader
                                         spec_from_file_location)
 from _imp import _fix_co_filename
 
-from . import (_STOCK_LOADER_ATTRS, _STOCK_SEARCH, FILE_LOADERS, _archive, _config,
-               imported_by_interpreter, loader_patched, path_hooks_stock, search_replayable)
+from . import (_STOCK_LOADER_ATTRS, _STOCK_SEARCH, _STOCK_SEARCH_FUNCS, FILE_LOADERS,
+               _archive, _config, imported_by_interpreter, loader_patched, path_hooks_stock,
+               search_replayable)
 from ._config import MODE_AUTO
 from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
@@ -220,7 +221,8 @@ class _Archive:
         # -vv, whose searches are never replayed: pycds.search_replayable).
         if self.finder is None or sys.flags.verbose >= 2:
             return None
-        return (self.finder, PathFinder, _STOCK_SEARCH, _STOCK_LOADER_ATTRS)
+        return (self.finder, PathFinder, _STOCK_SEARCH,
+                _STOCK_LOADER_ATTRS + _STOCK_SEARCH_FUNCS)
 
     def open_native(self):
         """:meth:`_open_native`, or None where that fails: the archive is

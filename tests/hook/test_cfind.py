@@ -258,6 +258,38 @@ class TestVerdicts:
         assert replayed_c == replayed_py
 
 
+class EqualProxy:
+    """A wrapper that compares equal to what it wraps."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+
+    def __eq__(self, other):
+        return other is self.wrapped or other is self
+
+    __hash__ = object.__hash__
+
+    def __call__(self, *args, **kwargs):
+        return self.wrapped(*args, **kwargs)
+
+
+class RaisingEq:
+    def __eq__(self, other):
+        raise RuntimeError("no comparing me")
+
+    __hash__ = object.__hash__
+
+
+class GivesBack:
+    """A descriptor that gives back ``value`` when read."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __get__(self, instance, owner=None):
+        return self.value
+
+
 def timestamp_module(d, steps):
     """Module m in directory d with its timestamp .pyc, and its entry as a
     dump found it through the search ``steps``: (path entry, directory)
@@ -387,7 +419,11 @@ class TestNativeVerdict:
         "none", "finder not on sys.meta_path", "another finder before PathFinder",
         "PathFinder.find_spec replaced", "FileFinder.find_spec replaced",
         "SourceFileLoader.get_data replaced", "SourceLoader.get_code replaced",
-        "_compile_bytecode replaced", "PathFinder._get_spec replaced"])
+        "_compile_bytecode replaced", "PathFinder._get_spec replaced",
+        "FileFinder._get_spec replaced", "get_code wrapped by a proxy equal to it",
+        "a get_code whose == raises", "a descriptor giving back the stock get_code",
+        "marshal.loads replaced", "cache_from_source replaced", "_path_isfile replaced",
+        "FileFinder.__getattribute__ defined", "the cached FileFinder's own find_spec"])
     def test_what_serving_requires(self, tmp_path, change, monkeypatch):
         # With `serving`, the verdict also requires what CDSFinder.find_spec
         # checks of the import system in Python (_path_finder_next,
@@ -402,7 +438,8 @@ class TestNativeVerdict:
         origin, search = e.origin, e.search
         index = write_index(tmp_path / "a.img", [e])
         me, other = object(), object()
-        serving = (me, bx.PathFinder, pycds._STOCK_SEARCH, pycds._STOCK_LOADER_ATTRS)
+        serving = (me, bx.PathFinder, pycds._STOCK_SEARCH,
+                   pycds._STOCK_LOADER_ATTRS + pycds._STOCK_SEARCH_FUNCS)
 
         def replaced(*args, **kwargs):
             raise AssertionError("not called")
@@ -426,10 +463,36 @@ class TestNativeVerdict:
                     monkeypatch.setattr(bx, "_compile_bytecode", replaced)
                 elif change == "PathFinder._get_spec replaced":
                     monkeypatch.setattr(bx.PathFinder, "_get_spec", classmethod(replaced))
+                elif change == "FileFinder._get_spec replaced":
+                    monkeypatch.setattr(bx.FileFinder, "_get_spec", replaced)
+                elif change == "get_code wrapped by a proxy equal to it":
+                    # (as wrapt's function wrappers, which APM agents put
+                    # on SourceFileLoader.get_code, compare)
+                    monkeypatch.setattr(bx.SourceFileLoader, "get_code",
+                                        EqualProxy(bx.SourceLoader.get_code))
+                elif change == "marshal.loads replaced":
+                    monkeypatch.setattr(bx.marshal, "loads", replaced)
+                elif change == "cache_from_source replaced":
+                    monkeypatch.setattr(bx, "cache_from_source", replaced)
+                elif change == "_path_isfile replaced":
+                    monkeypatch.setattr(bx, "_path_isfile", replaced)
+                elif change == "FileFinder.__getattribute__ defined":
+                    monkeypatch.setattr(bx.FileFinder, "__getattribute__",
+                                        object.__getattribute__, raising=False)
+                elif change == "the cached FileFinder's own find_spec":
+                    cached = sys.path_importer_cache[str(d)]
+                    cached.find_spec = cached.find_spec
+                elif change == "a get_code whose == raises":
+                    monkeypatch.setattr(bx.SourceFileLoader, "get_code", RaisingEq())
+                elif change == "a descriptor giving back the stock get_code":
+                    monkeypatch.setattr(bx.SourceFileLoader, "get_code",
+                                        GivesBack(bx.SourceLoader.get_code))
                 got = _nativeapi.IndexFinder(index, index.descriptor(), True, serving).hit(
                     "m", None)
                 python = (finder._path_finder_next(me) and pycds.search_replayable()
-                          and not pycds.loader_patched())
+                          and not pycds.loader_patched()
+                          and not _search.own_search_methods(
+                              sys.path_importer_cache[str(d)]))
         finally:
             index.close()
         assert python is (change == "none"), change

@@ -472,6 +472,29 @@ attr_equals(PyObject *obj, PyObject *attr, PyObject *want)
     return eq;
 }
 
+/* Whether FileFinder instance f has a search method of its own in its
+ * dict, which PathFinder would call (pycds._search.own_search_methods);
+ * any error counts as yes. */
+static int
+own_search_methods(PyObject *f)
+{
+    static PyObject *names[3];
+    static const char *const cnames[3] = {"find_spec", "_get_spec", "_fill_cache"};
+    PyObject *d = PyObject_GenericGetDict(f, NULL);
+    int own = d == NULL || !PyDict_Check(d);
+    for (int i = 0; i < 3 && !own; i++) {
+        if (names[i] == NULL && (names[i] = PyUnicode_InternFromString(cnames[i])) == NULL) {
+            own = 1;
+        }
+        else if (PyDict_GetItemWithError(d, names[i]) != NULL || PyErr_Occurred()) {
+            own = 1;
+        }
+    }
+    Py_XDECREF(d);
+    PyErr_Clear();
+    return own;
+}
+
 /* Whether the search recorded in entry replays on path (None: sys.path)
  * with every stamp as recorded: pycds._search.find_spec's walk when each
  * step ends in "unchanged since the dump", the last one building the spec
@@ -549,6 +572,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         }
         Py_INCREF(finder);
         same = (PyObject *)Py_TYPE(finder) == file_finder
+               && !own_search_methods(finder)
                && stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
                && attr_equals(finder, path_attr, PyTuple_GET_ITEM(step, 1)) == 1
                && attr_equals(finder, loaders_attr, loaders) == 1;
@@ -616,14 +640,44 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
     return ok;
 }
 
+/* What is stored under name (borrowed; NULL, exception cleared, where
+ * nothing is): in the dict of the first class of obj's MRO that has it (a
+ * class), in its dict (a module); as pycds._stored finds it, running no
+ * descriptor and no comparison of a program's. */
+static PyObject *
+stored(PyObject *obj, PyObject *name)
+{
+    PyObject *v = NULL;
+    if (PyType_Check(obj)) {
+        PyObject *mro = ((PyTypeObject *)obj)->tp_mro;
+        for (Py_ssize_t i = 0; mro != NULL && PyTuple_Check(mro)
+                               && i < PyTuple_GET_SIZE(mro) && v == NULL; i++) {
+            /* (A static builtin type's tp_dict may be NULL on 3.12+: it
+             * holds nothing a program can have put there.) */
+            PyObject *dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+            if (dict != NULL && PyDict_Check(dict)) {
+                v = PyDict_GetItemWithError(dict, name);
+            }
+        }
+    }
+    else if (PyModule_Check(obj)) {
+        v = PyDict_GetItemWithError(PyModule_GetDict(obj), name);
+    }
+    if (v == NULL) {
+        PyErr_Clear();
+    }
+    return v;
+}
+
 /* Whether what the verdict assumes of the import system still holds
  * (`serving`, from pycds._nativeapi.IndexFinder): (finder, PathFinder,
  * search, loader).  The finder stands just before PathFinder on
  * sys.meta_path (pycds.finder._path_finder_next), each (class, name,
  * original) of `search` is in the class's own dict as pycds started with it
- * (pycds.search_replayable), and each (object, name, value) of `loader`
- * is what getattr finds (pycds.loader_patched).  1 or 0 (any doubt, any
- * error): the Python side then checks the same, its way. */
+ * (None: not there; pycds.search_replayable), and each (object, name, value) of `loader`
+ * is what stored() finds (pycds.loader_patched), compared by identity.
+ * 1 or 0 (any doubt, any error): the Python side then checks the same,
+ * its way. */
 static int
 serving_stock(PyObject *serving)
 {
@@ -659,27 +713,25 @@ serving_stock(PyObject *serving)
                 || !PyType_Check(PyTuple_GET_ITEM(t, 0))) {
             return 0;
         }
-        /* (A class defined in Python: its dict is tp_dict, 3.10-3.13.) */
+        /* (A class defined in Python: its dict is tp_dict, 3.10-3.13.
+         * None stands for a name the class inherits.) */
         dict = ((PyTypeObject *)PyTuple_GET_ITEM(t, 0))->tp_dict;
-        if (dict == NULL || !PyDict_CheckExact(dict)
-                || PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(t, 1))
-                   != PyTuple_GET_ITEM(t, 2)) {
+        if (dict == NULL || !PyDict_CheckExact(dict)) {
+            return 0;
+        }
+        PyObject *v = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(t, 1));
+        if (v == NULL && PyErr_Occurred()) {
+            return 0;
+        }
+        if ((v != NULL ? v : Py_None) != PyTuple_GET_ITEM(t, 2)) {
             return 0;
         }
     }
     for (i = 0; i < PyTuple_GET_SIZE(loader); i++) {
-        PyObject *t = PyTuple_GET_ITEM(loader, i), *now;
-        int eq;
-        if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3) {
-            return 0;
-        }
-        now = PyObject_GetAttr(PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1));
-        if (now == NULL) {
-            return 0;
-        }
-        eq = PyObject_RichCompareBool(now, PyTuple_GET_ITEM(t, 2), Py_EQ);
-        Py_DECREF(now);
-        if (eq != 1) {
+        PyObject *t = PyTuple_GET_ITEM(loader, i);
+        if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3
+                || stored(PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1))
+                   != PyTuple_GET_ITEM(t, 2)) {
             return 0;
         }
     }

@@ -692,13 +692,15 @@ int
 pycds_layout_version_counter_at(int64_t *offset)
 {
     uintptr_t addr;
+    /* (The GIL also guards the image's state, set up on first use.) */
+    PyGILState_STATE g = PyGILState_Ensure();
     int rc = pycds_image_symbol("_Py_next_func_version", sizeof(uint32_t), &addr);
+    int ok = rc == PYCDS_OK && addr % _Alignof(uint32_t) == 0
+             && (version_counter == (uint32_t *)addr || is_version_counter(addr));
+    PyGILState_Release(g);
     if (rc) {
         return rc;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
-    int ok = version_counter != NULL || is_version_counter(addr);
-    PyGILState_Release(g);
     if (!ok) {
         return pycds_fail(PYCDS_E_UNSUPPORTED,
                           "_Py_next_func_version does not count code objects");
@@ -710,24 +712,22 @@ pycds_layout_version_counter_at(int64_t *offset)
 int
 pycds_layout_use_version_counter(int64_t offset)
 {
+    /* (The GIL also guards the image's state, set up on first use.) */
+    PyGILState_STATE g = PyGILState_Ensure();
     int rc = pycds_image_init();
+    /* (An archive's layout id names the build: the offset is this one's.) */
+    uintptr_t addr = rc ? 0 : pycds_image_anchor() + (uintptr_t)offset;
+    int ok = rc == PYCDS_OK && pycds_image_build_id()[0] != '\0'
+             && pycds_image_contains((const void *)addr, sizeof(uint32_t))
+             && addr % _Alignof(uint32_t) == 0;
+    if (ok && version_counter == NULL && is_version_counter(addr)) {
+        version_counter = (uint32_t *)addr;
+    }
+    ok = ok && version_counter == (uint32_t *)addr;
+    PyGILState_Release(g);
     if (rc) {
         return rc;
     }
-    /* (An archive's layout id names the build: the offset is this one's.) */
-    uintptr_t addr = pycds_image_anchor() + (uintptr_t)offset;
-    if (pycds_image_build_id()[0] == '\0'
-            || !pycds_image_contains((const void *)addr, sizeof(uint32_t))
-            || addr % _Alignof(uint32_t) != 0) {
-        return pycds_fail(PYCDS_E_UNSUPPORTED, "no code version counter at %lld",
-                          (long long)offset);
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    if (version_counter == NULL && is_version_counter(addr)) {
-        version_counter = (uint32_t *)addr;
-    }
-    int ok = version_counter == (uint32_t *)addr;
-    PyGILState_Release(g);
     return ok ? PYCDS_OK
               : pycds_fail(PYCDS_E_UNSUPPORTED, "no code version counter at %lld",
                            (long long)offset);
