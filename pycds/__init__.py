@@ -395,6 +395,11 @@ class _Opener:
     def find_spec(self, fullname, path=None, target=None):
         if self.done:
             finder = self.finder    # (None: the archive is not used)
+        elif is_hook_module(fullname):
+            # pycds's own, never archived: opening here would import
+            # pycds.finder inside the program's import of it, which would
+            # then run it a second time.
+            return None
         elif len(self.plain) < STARTUP_PLAIN_IMPORTS and imported_by_interpreter():
             self.plain.append(fullname)
             return None

@@ -51,6 +51,16 @@ class TestWhatStartUpKeeps:
         assert r.out == "1\n" and r.served() == [], r
         assert r.fallbacks() == ["[pycds] fallback m: SourceFileLoader is patched"], r
 
+    def test_pycds_s_own_module_as_the_first_import_runs_once(self, app):
+        # It does not open the archive (pycds.finder would be imported
+        # inside the program's import of it, and run twice); the next
+        # import does, with that one module.
+        cwd, img = app
+        r = share(cwd, img, "import pycds.finder as f, sys; opened = f._installed; import m; "
+                            "print(opened, f is sys.modules['pycds.finder'], "
+                            "f._installed is not None, f.stats()['served'])")
+        assert r.out.split() == ["None", "True", "True", "1"] and not r.warnings(), r
+
     def test_stats_opens_the_archive(self, app):
         cwd, img = app
         r = share(cwd, img, "import pycds; s = pycds.stats(); "
