@@ -58,11 +58,12 @@ threads.  Details, error bound and benchmarks: ``docs/bf16.md``.
 """
 
 import os
+import struct
 import warnings
 
 import numpy as np
 
-from pycds.bf16.convert import _real_dtype, bf16_bits, to_float32
+from pycds.bf16.convert import _is_bfloat16, _real_dtype, bf16_bits, to_float32
 
 try:
     from pycds.bf16._kernels import ffi as _ffi, lib as _lib
@@ -110,12 +111,19 @@ def _check(rc):
 
 
 def _native_params():
-    # (name, NR, KU, layout id) of the selected native kernel, or None.
+    # (name, NR, KU, layout id) of the selected native kernel, or None;
+    # asked of C once per kernel (four C calls cost a small GEMM 1-2 us).
     name = _ffi.string(_lib.bf16k_kernel_name()).decode()
-    p = _ffi.new("int[3]")
-    if _lib.bf16k_kernel_params(p, p + 1, p + 2) != 0:
-        return None
-    return name, p[1], p[2], int(_lib.bf16k_packed_layout())
+    got = _params_of.get(name)
+    if got is None:
+        p = _ffi.new("int[3]")
+        if _lib.bf16k_kernel_params(p, p + 1, p + 2) != 0:
+            return None
+        got = _params_of[name] = (name, p[1], p[2], int(_lib.bf16k_packed_layout()))
+    return got
+
+
+_params_of = {}  # kernel name -> _native_params() (fixed per kernel)
 
 
 # Hardware kernel found by the C detection ("none" if there is none), and
@@ -388,8 +396,17 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
 
 def _fp32(x):
     # A scalar rounded to fp32 (what the kernels use), as a Python float.
-    with np.errstate(over="ignore"):
-        return float(np.float32(x))
+    # struct's "f" is C's (float) cast, the rounding of np.float32(x); it
+    # refuses what overflows, which numpy (errstate: about 2 us) makes inf.
+    x = float(x)
+    try:
+        return _F32_STRUCT.unpack(_F32_STRUCT.pack(x))[0]
+    except OverflowError:
+        with np.errstate(over="ignore"):
+            return float(np.float32(x))
+
+
+_F32_STRUCT = struct.Struct("f")
 
 
 def sbgemm_fused(a, b, bias=None, residual=None, relu=False, out=None, alpha=1.0,
@@ -519,7 +536,7 @@ def _check_bias(bias, n):
         raise ValueError(f"bias must be real (float), got dtype {b.dtype}")
     if b.shape != (n,):
         raise ValueError(f"bias must have shape ({n},), got {b.shape}")
-    if b.dtype == np.uint16 or b.dtype.name == "bfloat16":
+    if b.dtype == np.uint16 or _is_bfloat16(b.dtype):
         return to_float32(b)
     return np.asarray(b, dtype=np.float32)
 
