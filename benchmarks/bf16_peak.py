@@ -6,6 +6,10 @@ directory and runs it: GFLOP/s of VDPBF16PS (AVX512-BF16), of fp32 FMA on
 zmm (AVX-512F) and on ymm (AVX2), each on one thread and on THREADS
 (default: every usable CPU), for the kinds this CPU has.  Raises
 RuntimeError when no C compiler is found or the program fails.
+
+Also :class:`OthersMeter`: how much CPU other processes took while a
+benchmark block ran (the machines these benches run on are shared), so
+the benches can drop and repeat disturbed blocks.
 """
 
 import os
@@ -13,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,6 +57,49 @@ def limit_for(kernel, threads=None):
                 None)
     got = limits(threads).get(kind) if kind else None
     return None if got is None else got[2]
+
+
+def _busy_seconds():
+    # CPU seconds all CPUs spent busy since boot (/proc/stat: user, nice,
+    # system, irq, softirq and steal, the time the hypervisor gave away).
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds():
+    # CPU seconds of this process (all its threads) and its waited-for
+    # children (the limit program).
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class OthersMeter:
+    """CPUs' worth of time other processes took since :meth:`start`.
+
+    ``others()`` is (busy CPU time of the machine - this process's CPU
+    time) / wall time: 1.0 means another process held a whole CPU
+    throughout.  /proc/stat counts in ticks of 10 ms, so a block of 0.25 s
+    reads to about +-0.05.  None where /proc/stat is missing (not Linux).
+    """
+
+    def __init__(self):
+        self.start()
+
+    def start(self):
+        try:
+            self._busy = _busy_seconds()
+        except (OSError, ValueError, IndexError):
+            self._busy = None
+        self._own = _own_seconds()
+        self._wall = time.perf_counter()
+
+    def others(self):
+        if self._busy is None:
+            return None
+        wall = time.perf_counter() - self._wall
+        used = (_busy_seconds() - self._busy) - (_own_seconds() - self._own)
+        return max(0.0, used) / wall if wall > 0 else 0.0
 
 
 def main(argv=None):

@@ -65,14 +65,23 @@ RESNET50_3X3 = [
 # of the block start are dropped (the last call is always kept).
 BLOCK_S = 0.35
 DISCARD_S = 0.15
+# The machine may be shared: a pair of blocks during which other processes
+# took more than QUIET_CPUS CPUs' worth of time (bf16_peak.OthersMeter) is
+# dropped and timed again, up to MAX_DROPS times per case (then kept, and
+# the row's "others" column shows it).
+QUIET_CPUS = 0.1
+MAX_DROPS = 12
 
 
-def _block(f, block_s):
-    # Per-call seconds of f's steady state within one block.
+def _block(f, block_s, meter):
+    # Per-call seconds of f's steady state within one block, and the CPUs
+    # other processes took during that steady state (None: not measured).
     start = time.perf_counter()
     kept, last = [], None
     while True:
         t0 = time.perf_counter()
+        if meter is not None and not kept and t0 - start >= DISCARD_S:
+            meter.start()
         f()
         t1 = time.perf_counter()
         last = t1 - t0
@@ -80,17 +89,32 @@ def _block(f, block_s):
             kept.append(last)
         if t1 - start >= block_s:
             break
-    return kept or [last]
+    others = meter.others() if meter is not None and kept else None
+    return kept or [last], others
 
 
-def _interleaved(fa, fb, min_time=0.7):
-    # Per-call seconds of fa and fb, timed in alternating blocks.
+def _interleaved(fa, fb, meter, min_time=0.7):
+    """Per-call seconds of fa and fb, timed in alternating blocks; pairs of
+    blocks disturbed by other processes are dropped (at most MAX_DROPS).
+
+    Returns (ta, tb, dropped, others): `others` is the most CPU another
+    process took in a kept block (None: not measured)."""
     ta, tb = [], []
+    dropped, worst = 0, None
     t_end = time.perf_counter() + min_time
     while not ta or time.perf_counter() < t_end:
-        ta += _block(fa, BLOCK_S)
-        tb += _block(fb, BLOCK_S)
-    return ta, tb
+        a, oa = _block(fa, BLOCK_S, meter)
+        b, ob = _block(fb, BLOCK_S, meter)
+        pair = max(oa, ob) if oa is not None and ob is not None else None
+        if pair is not None and pair > QUIET_CPUS and dropped < MAX_DROPS:
+            dropped += 1
+            t_end += 2 * BLOCK_S
+            continue
+        ta += a
+        tb += b
+        if pair is not None:
+            worst = pair if worst is None else max(worst, pair)
+    return ta, tb, dropped, worst
 
 
 def make_case(label, m, k, n, packed, rng):
@@ -120,38 +144,49 @@ def make_case(label, m, k, n, packed, rng):
     return run_np, run_sb
 
 
-def bench_cases(cases, rng, min_time, rounds):
+def bench_cases(cases, rng, min_time, rounds, meter=None):
     """Time every case in `rounds` passes (spreading machine noise), medians.
+
+    `meter` (a bf16_peak.OthersMeter, or None) lets disturbed blocks be
+    dropped and timed again.
 
     Returns
     -------
     list of dict
         One row per case: ``case, m, k, n, packed, np_gflops, sb_gflops,
-        np_ms, sb_ms, ratio`` (ratio = numpy time / sbgemm time).
+        np_ms, sb_ms, ratio`` (ratio = numpy time / sbgemm time),
+        ``dropped`` (disturbed pairs of blocks timed again) and ``others``
+        (the most CPU other processes took in a kept block, or None).
     """
     fns = [make_case(*c, rng=rng) for c in cases]
     t_np = [[] for _ in cases]
     t_sb = [[] for _ in cases]
+    dropped = [0 for _ in cases]
+    others = [None for _ in cases]
     for _ in range(rounds):
         for i, (run_np, run_sb) in enumerate(fns):
-            ta, tb = _interleaved(run_np, run_sb, min_time=min_time / rounds)
+            ta, tb, d, o = _interleaved(run_np, run_sb, meter,
+                                        min_time=min_time / rounds)
             t_np[i] += ta
             t_sb[i] += tb
+            dropped[i] += d
+            if o is not None:
+                others[i] = o if others[i] is None else max(others[i], o)
     rows = []
-    for (label, m, k, n, packed), tn, ts in zip(cases, t_np, t_sb):
+    for (label, m, k, n, packed), tn, ts, d, o in zip(cases, t_np, t_sb,
+                                                       dropped, others):
         tn, ts = statistics.median(tn), statistics.median(ts)
         flops = 2.0 * m * n * k
         rows.append(dict(case=label, m=m, k=k, n=n, packed=packed,
                          np_gflops=flops / tn / 1e9,
                          sb_gflops=flops / ts / 1e9,
-                         np_ms=tn * 1e3, sb_ms=ts * 1e3, ratio=tn / ts))
+                         np_ms=tn * 1e3, sb_ms=ts * 1e3, ratio=tn / ts,
+                         dropped=d, others=o))
     return rows
 
 
-def _limit(kernel, threads):
-    """The GFLOP/s limit of the instruction ``kernel`` issues on ``threads``
-    threads (benchmarks/bf16_peak.py), or None (no compiler, a portable
-    kernel)."""
+def _peak_module():
+    """benchmarks/bf16_peak.py (the limit, and OthersMeter), or None."""
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                         "benchmarks", "bf16_peak.py")
@@ -159,7 +194,18 @@ def _limit(kernel, threads):
         spec = importlib.util.spec_from_file_location("bf16_peak", path)
         peak = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(peak)
-        return peak.limit_for(kernel, threads)
+        return peak
+    except OSError as e:
+        print(f"warning: {path}: {e}", file=sys.stderr)
+        return None
+
+
+def _limit(peak, kernel, threads):
+    """The GFLOP/s limit of the instruction ``kernel`` issues on ``threads``
+    threads (benchmarks/bf16_peak.py), or None (no compiler, a portable
+    kernel)."""
+    try:
+        return None if peak is None else peak.limit_for(kernel, threads)
     except (OSError, RuntimeError) as e:
         print(f"warning: no limit measured: {e}", file=sys.stderr)
         return None
@@ -185,7 +231,8 @@ def main(argv=None):
     x = rng.standard_normal((2048, 2048)).astype(np.float32)
     for _ in range(3):
         x @ x
-    limit = _limit(gemm.kernel_name(), nthreads)
+    peak = _peak_module()
+    limit = _limit(peak, gemm.kernel_name(), nthreads)
     print(f"kernel: {gemm.kernel_name()}  sbgemm threads {nthreads}  "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '-')}"
           f"  numpy {np.__version__}  cpus {os.cpu_count()}  "
@@ -194,17 +241,19 @@ def main(argv=None):
     cases = [(f"square {s}", s, s, s, False) for s in (256, 1024, 2048)]
     cases += [(lbl, m, k, n, True) for lbl, m, k, n in RESNET50_3X3]
     cases += [(f"inference M={m}", m, 4096, 4096, True) for m in (1, 8)]
-    rows = bench_cases(cases, rng, min_time, args.rounds)
+    meter = peak.OthersMeter() if peak is not None else None
+    rows = bench_cases(cases, rng, min_time, args.rounds, meter)
     # Measured again after the cases: another process on a core lowers the
     # figure (two threads then reach about 1.35x one), so keep the higher.
-    after = _limit(gemm.kernel_name(), nthreads)
+    after = _limit(peak, gemm.kernel_name(), nthreads)
     if after is not None:
         print(f"limit again after the cases: {after:.0f} GF/s; using "
               f"{max(after, limit or 0):.0f}")
         limit = max(after, limit or 0)
     head = (f"{'case':22s} {'M':>5s} {'K':>5s} {'N':>5s} {'B':>6s} "
             f"{'numpy GF/s':>10s} {'sbgemm GF/s':>11s} {'ms np':>8s} "
-            f"{'ms sb':>8s} {'sb/np':>6s} {'sb/limit':>8s}")
+            f"{'ms sb':>8s} {'sb/np':>6s} {'sb/limit':>8s} {'others':>6s} "
+            f"{'drop':>4s}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -212,7 +261,9 @@ def main(argv=None):
               f"{'packed' if r['packed'] else 'raw':>6s} "
               f"{r['np_gflops']:10.1f} {r['sb_gflops']:11.1f} "
               f"{r['np_ms']:8.3f} {r['sb_ms']:8.3f} {r['ratio']:6.2f} "
-              f"{'-' if limit is None else format(r['sb_gflops'] / limit, '.2f'):>8s}")
+              f"{'-' if limit is None else format(r['sb_gflops'] / limit, '.2f'):>8s} "
+              f"{'-' if r['others'] is None else format(r['others'], '.2f'):>6s} "
+              f"{r['dropped']:4d}")
     return 0
 
 
