@@ -67,8 +67,8 @@ BLOCK_S = 0.35
 DISCARD_S = 0.15
 # The machine may be shared: a pair of blocks during which other processes
 # took more than QUIET_CPUS CPUs' worth of time (bf16_peak.OthersMeter) is
-# dropped and timed again, up to MAX_DROPS times per case (then kept, and
-# the row's "others" column shows it).
+# dropped and timed again, up to MAX_DROPS times per case and round (then
+# kept, and the row's "others" column shows it).
 QUIET_CPUS = 0.1
 MAX_DROPS = 12
 
