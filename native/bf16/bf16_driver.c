@@ -46,6 +46,8 @@
                              * is widened into a buffer (multiple of 8) */
 #define BUF_ALIGN 64        /* packing buffers: cache-line aligned */
 #define MC_TILES 20         /* MR tiles per A block */
+#define WHOLE_B_F32 (1 << 16)  /* fp32 kernels: widen a B of at most this
+                                * many floats (256 KiB) once per call */
 /* Work chunks per thread, for dynamic balance.  Panel chunks each re-read
  * all of A, so there are fewer of them. */
 #define ROW_CHUNKS_PER_THREAD 8
@@ -883,6 +885,8 @@ struct apack {
     size_t cap;             /* uint16 elements */
     int64_t m0, m1;         /* rows held when `valid` */
     int valid;
+    int bvalid;             /* fp32 kernels: all of this call's B is
+                             * widened at the start of buf (whole_b) */
     float *cbuf;            /* fused calls: fp32 C of the current chunk;
                              * task jobs: their scratch */
     size_t ccap;            /* floats */
@@ -902,6 +906,7 @@ apack_reserve(apack_t *ap, size_t need)
     ap->buf = nb;
     ap->cap = need;
     ap->valid = 0;
+    ap->bvalid = 0;
     return BF16K_OK;
 }
 
@@ -1149,19 +1154,31 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
 
     /* fp32 kernels: the widened A block (arows x kc8max floats), then, at
      * a cache-line boundary, the widened B micro-panel (kc8max x nr; not
-     * used for few rows, whose K block is all of K). */
+     * used for few rows, whose K block is all of K).  With one K block and
+     * a B of at most WHOLE_B_F32 floats, row chunks instead widen all of B
+     * once per call and worker, at the start of the buffer, and the A block
+     * follows: each chunk widening every micro-panel again took 16 % of a
+     * 256^3 product on two threads (avx2fma, 15 chunks). */
     const int64_t kc8max = ceil_div(kcu_max, BF16K_F32_GROUP)
         * BF16K_F32_GROUP;
-    int64_t boff = 0;
+    const int64_t bsize = ceil_div(g->n, nr) * kc8max * nr;   /* floats */
+    const int whole_b = f32 && !few && !direct && !g->split_n
+        && kcu_max == kunits && bsize <= WHOLE_B_F32;
+    int64_t aoff = 0, boff = 0;     /* floats */
     if (!direct) {
         int64_t arows = m1 - m0 < mc_max ? ceil_div(m1 - m0, mr) * mr
                                          : mc_max;
         size_t need = (size_t)(arows * kcu_max * ku);
         if (f32) {
-            boff = ceil_div(arows * kc8max, BUF_ALIGN / sizeof(float))
-                * (int64_t)(BUF_ALIGN / sizeof(float));
-            need = (size_t)(boff + (few ? 0 : kc8max) * nr)
-                * 2;                                 /* floats as uint16 */
+            const int64_t line = BUF_ALIGN / sizeof(float);
+            const int64_t asize = ceil_div(arows * kc8max, line) * line;
+            if (whole_b) {
+                aoff = ceil_div(bsize, line) * line;
+                need = (size_t)(aoff + asize) * 2;   /* floats as uint16 */
+            } else {
+                boff = asize;
+                need = (size_t)(boff + (few ? 0 : kc8max) * nr) * 2;
+            }
         }
         int rc = apack_reserve(ap, need);
         if (rc != BF16K_OK) {
@@ -1199,7 +1216,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                     if (f32) {
                         pack_a_f32(d, g->a, g->a_rs, g->a_cs, m1, ic, mc,
                                    pc * ku, kcu, kc8,
-                                   (float *)(void *)ap->buf);
+                                   (float *)(void *)ap->buf + aoff);
                     } else {
                         pack_a(d, g->a, g->a_rs, g->a_cs, m1, g->k, ic, mc,
                                pc * ku, kcu, ap->buf);
@@ -1217,7 +1234,8 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                 int64_t col = jp * nr;
                 int ncols = (int)(g->n - col < nr ? g->n - col : nr);
                 if (f32 && few) {
-                    const float *afl = (const float *)(const void *)ap->buf;
+                    const float *afl = (const float *)(const void *)ap->buf
+                        + aoff;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         int rows = (int)(mc - ir < mr ? mc - ir : mr);
                         d->kern_f32_few(kcu, afl + (ir / mr) * kc8 * mr, bpan,
@@ -1225,10 +1243,15 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                                         rows, ncols, g->alpha, beta);
                     }
                 } else if (f32) {
-                    /* The micro-panel widened once for every MR tile. */
-                    const float *afl = (const float *)(const void *)ap->buf;
-                    float *bfl = (float *)(void *)ap->buf + boff;
-                    widen_panel(bpan, kcu, nr, kc8, bfl);
+                    /* The micro-panel widened once for every MR tile (or,
+                     * whole_b, once for the call). */
+                    const float *afl = (const float *)(const void *)ap->buf
+                        + aoff;
+                    float *bfl = (float *)(void *)ap->buf
+                        + (whole_b ? jp * kc8 * nr : boff);
+                    if (!(whole_b && ap->bvalid)) {
+                        widen_panel(bpan, kcu, nr, kc8, bfl);
+                    }
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         int rows = (int)(mc - ir < mr ? mc - ir : mr);
                         d->kern_f32(kc8, afl + (ir / mr) * kc8 * mr, bfl,
@@ -1251,6 +1274,9 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                              col, ncols);
                 }
             }
+            /* whole_b: this row chunk has widened every panel (p0 = 0,
+             * p1 = all: row chunks span all of them). */
+            ap->bvalid = whole_b;
         }
     }
     return BF16K_OK;
@@ -1261,6 +1287,7 @@ static void
 work_on(gemm_t *g, apack_t *ap)
 {
     ap->valid = 0;        /* a pool worker's buffer holds another call's A */
+    ap->bvalid = 0;       /* ... and B */
     for (;;) {
         long long idx = atomic_fetch_add(&g->next, 1);
         if (idx >= g->nchunks) {
@@ -1338,7 +1365,7 @@ work_here(gemm_t *g)
         work_on(g, kept);
         return;
     }
-    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+    apack_t ap = {NULL, 0, 0, 0, 0, 0, NULL, 0};
     work_on(g, &ap);
     apack_free(&ap);
 }
@@ -1347,7 +1374,7 @@ work_here(gemm_t *g)
 static void *
 worker(void *arg)
 {
-    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+    apack_t ap = {NULL, 0, 0, 0, 0, 0, NULL, 0};
     work_on(arg, &ap);
     apack_free(&ap);
     return NULL;
@@ -1426,7 +1453,7 @@ job_done(unsigned long long unused)
 static void *
 pool_worker(void *arg)
 {
-    apack_t ap = {NULL, 0, 0, 0, 0, NULL, 0};
+    apack_t ap = {NULL, 0, 0, 0, 0, 0, NULL, 0};
     unsigned long long seen = (unsigned long long)(uintptr_t)arg;
     pthread_mutex_lock(&pool.mu);
     for (;;) {
@@ -2146,6 +2173,7 @@ gemm_here(const bf16k_kernel_desc *d, int64_t m, int64_t n, int64_t k,
     g.c = c;
     g.ldc = ldc;
     ap->valid = 0;          /* the packed A of the previous product is stale */
+    ap->bvalid = 0;         /* ... and so is its widened B */
     return run_block(&g, 0, m, 0, ceil_div(n, d->nr), ap);
 }
 

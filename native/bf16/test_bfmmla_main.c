@@ -236,6 +236,9 @@ gemm_cases(int *cases)
         {40, 70, 2100},
         /* over 2 * MIN_FLOPS_PER_THREAD: two threads (the worker pool) */
         {160, 130, 900},
+        /* ... with one K block and a small B: the fp32 kernels widen all
+         * of B once per worker and call (several row chunks reuse it) */
+        {300, 250, 240},
     };
     int failures = 0;
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
