@@ -35,7 +35,8 @@ m = email.message.EmailMessage()
 m["Subject"] = "pages"
 m["Date"] = email.utils.formatdate(0, usegmt=True)
 m.set_content("body")
-with decimal.localcontext(prec=40):
+with decimal.localcontext() as ctx:     # (3.10 takes no keywords there)
+    ctx.prec = 40
     d = decimal.Decimal(1) / 7
 print(json.dumps({"n": args.n, "d": str(d), "msg": m.as_string()}, sort_keys=True))
 if flask is not None:
