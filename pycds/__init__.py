@@ -47,13 +47,14 @@ def _stored(obj, name):
 
 # What SourceLoader.get_code makes a module's code with, as a program may
 # replace them: the methods it calls on the loader, the functions that name,
-# check and unmarshal a .pyc; as
-# (object, name, value) triples, the values as they were when pycds started
-# (imported from the .pth line, before the program runs; by the program
-# when it uses the API).  The native verdict compares them too
+# check and unmarshal a .pyc; as (object, name, value) triples, the values
+# as they were when pycds started (imported from the .pth line, before the
+# program runs; by the program when it uses the API: getattr then finds
+# what is stored, plain functions).  Compared by identity with what is
+# stored now (:func:`_stored`), here and by the native verdict
 # (pycds._nativeapi.IndexFinder's ``serving``).
 _STOCK_LOADER_ATTRS = tuple(
-    (obj, name, _stored(obj, name))
+    (obj, name, getattr(obj, name, _MISSING))
     for obj, names in ((_bootstrap_external.SourceFileLoader,
                         ("get_code", "source_to_code", "get_data", "path_stats")),
                        (_bootstrap_external,
@@ -62,30 +63,30 @@ _STOCK_LOADER_ATTRS = tuple(
                        (_bootstrap_external.marshal, ("loads",)),
                        (_bootstrap_external._imp, ("_fix_co_filename",)))
     for name in names)
-
-
-def _lookup_chain(obj, name):
-    # The dicts _stored() looks ``name`` up in, in order, up to the one
-    # that holds it now (all of them where none does).
-    if type(obj) is not type:
-        return (obj.__dict__,)
-    chain = []
-    for cls in obj.__mro__:
-        chain.append(cls.__dict__)     # (a view: it follows the class)
-        if name in chain[-1]:
-            break
-    return tuple(chain)
-
-
-# _STOCK_LOADER_ATTRS as loader_patched() checks them, once per served
-# module: for each, the dicts before the one holding the stock value (where
-# a program's own would shadow it), that one, the name and the value; and
-# the MRO they come from (a program's __bases__ assignment makes another).
 _LOADER_MRO = _bootstrap_external.SourceFileLoader.__mro__
-_STOCK_LOADER_CHAINS = tuple(
-    (chain[:-1], chain[-1], name, stock)
-    for obj, name, stock in _STOCK_LOADER_ATTRS
-    for chain in (_lookup_chain(obj, name),))
+_loader_chains = None
+
+
+def _chains():
+    # _STOCK_LOADER_ATTRS as loader_patched() checks them: for each, the
+    # dicts before the one holding the stock value (where a value of the
+    # program's would shadow it), that one, the name and the value.  Made
+    # at the first check; None (not kept) where a stock value is stored
+    # nowhere any more.
+    global _loader_chains
+    chains = []
+    for obj, name, stock in _STOCK_LOADER_ATTRS:
+        before = []
+        for d in ([cls.__dict__ for cls in obj.__mro__] if type(obj) is type
+                  else [obj.__dict__]):
+            if d.get(name, _MISSING) is stock:
+                chains.append((tuple(before), d, name, stock))
+                break
+            before.append(d)
+        else:
+            return None
+    _loader_chains = tuple(chains)
+    return _loader_chains
 
 
 def loader_patched():
@@ -98,7 +99,10 @@ def loader_patched():
     where they are stored (:func:`_stored`: no descriptor runs)."""
     if _bootstrap_external.SourceFileLoader.__mro__ is not _LOADER_MRO:
         return True
-    for before, holder, name, stock in _STOCK_LOADER_CHAINS:
+    chains = _loader_chains or _chains()
+    if chains is None:
+        return True
+    for before, holder, name, stock in chains:
         for d in before:
             if name in d:
                 return True
@@ -121,7 +125,7 @@ _STOCK_SEARCH = tuple(
 # 3.10-3.13), as (module, name, value) triples compared as
 # _STOCK_LOADER_ATTRS are.
 _STOCK_SEARCH_FUNCS = tuple(
-    (_bootstrap_external, name, _stored(_bootstrap_external, name))
+    (_bootstrap_external, name, getattr(_bootstrap_external, name, _MISSING))
     for name in ("_path_stat", "_path_join", "_path_isfile", "_path_isdir", "_relax_case"))
 
 
