@@ -31,18 +31,11 @@ _started = False
 _MISSING = object()
 
 
-def _stored(obj, name):
-    # What is stored under ``name``: in the dict of the first class of
-    # ``obj``'s MRO that has it (a class), in its dict (a module); no
-    # descriptor and no code of a program's runs, and a wrapper that
-    # compares equal to what it wraps is not taken for it.
-    if type(obj) is type:
-        for cls in obj.__mro__:
-            value = cls.__dict__.get(name, _MISSING)
-            if value is not _MISSING:
-                return value
-        return _MISSING
-    return obj.__dict__.get(name, _MISSING)
+def _dicts(obj):
+    # Where an attribute of ``obj`` is stored, in lookup order: the dicts of
+    # its MRO's classes (a class), its dict (a module).  Looking a name up
+    # there runs no descriptor and no comparison of a program's.
+    return [cls.__dict__ for cls in obj.__mro__] if type(obj) is type else [obj.__dict__]
 
 
 # What SourceLoader.get_code makes a module's code with, as a program may
@@ -51,8 +44,8 @@ def _stored(obj, name):
 # as they were when pycds started (imported from the .pth line, before the
 # program runs; by the program when it uses the API: getattr then finds
 # what is stored, plain functions).  Compared by identity with what is
-# stored now (:func:`_stored`), here and by the native verdict
-# (pycds._nativeapi.IndexFinder's ``serving``).
+# stored now (:func:`_dicts`), here and by the native verdict
+# (pycds._nativeapi.IndexFinder's ``serving``; find.c, stored()).
 _STOCK_LOADER_ATTRS = tuple(
     (obj, name, getattr(obj, name, _MISSING))
     for obj, names in ((_bootstrap_external.SourceFileLoader,
@@ -77,8 +70,7 @@ def _chains():
     chains = []
     for obj, name, stock in _STOCK_LOADER_ATTRS:
         before = []
-        for d in ([cls.__dict__ for cls in obj.__mro__] if type(obj) is type
-                  else [obj.__dict__]):
+        for d in _dicts(obj):
             if d.get(name, _MISSING) is stock:
                 chains.append((tuple(before), d, name, stock))
                 break
@@ -96,7 +88,7 @@ def loader_patched():
     ``get_code`` that an APM agent installs): code made or archived then is
     not what the stock loader makes, so pycds neither archives nor serves
     it.  The stock parts are those pycds started with, compared by identity
-    where they are stored (:func:`_stored`: no descriptor runs)."""
+    where they are stored (:func:`_dicts`: no descriptor runs)."""
     if _bootstrap_external.SourceFileLoader.__mro__ is not _LOADER_MRO:
         return True
     chains = _loader_chains or _chains()
@@ -123,7 +115,7 @@ _STOCK_SEARCH = tuple(
     for name in names)
 # The functions FileFinder.find_spec calls (importlib/_bootstrap_external.py,
 # 3.10-3.13), as (module, name, value) triples compared as
-# _STOCK_LOADER_ATTRS are.
+# _STOCK_LOADER_ATTRS are (a module's attribute is stored in its dict).
 _STOCK_SEARCH_FUNCS = tuple(
     (_bootstrap_external, name, getattr(_bootstrap_external, name, _MISSING))
     for name in ("_path_stat", "_path_join", "_path_isfile", "_path_isdir", "_relax_case"))
@@ -209,8 +201,8 @@ def search_replayable():
     for cls, name, original in _STOCK_SEARCH:
         if cls.__dict__.get(name) is not original:
             return False
-    for obj, name, original in _STOCK_SEARCH_FUNCS:
-        if _stored(obj, name) is not original:
+    for module, name, original in _STOCK_SEARCH_FUNCS:
+        if module.__dict__.get(name, _MISSING) is not original:
             return False
     return True
 

@@ -621,10 +621,10 @@ class CDSFinder:
                 entry, facts = archive.index.lookup(fullname), None
             elif facts is None:
                 entry = None
-            elif verdict and (fast.serving or _path_finder_next(self) and search_replayable()
-                              and not loader_patched()):
-                # (served from the entry's tuple, below; the native verdict
-                # checked the import system's parts itself where `serving`)
+            elif verdict and fast.serving:
+                # (served from the entry's tuple, below: the native verdict
+                # checked the import system's parts too.  Without `serving`,
+                # under -vv, searches are never replayed: judged below.)
                 entry = None
             else:
                 entry, verdict = _archive.ModuleEntry(*facts[0]), False

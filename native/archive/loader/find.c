@@ -642,7 +642,7 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
 
 /* What is stored under name (borrowed; NULL, exception cleared, where
  * nothing is): in the dict of the first class of obj's MRO that has it (a
- * class), in its dict (a module); as pycds._stored finds it, running no
+ * class), in its dict (a module); as pycds._dicts orders them, running no
  * descriptor and no comparison of a program's. */
 static PyObject *
 stored(PyObject *obj, PyObject *name)
