@@ -29,8 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 SOURCES = [
-    "common/errors.c", "common/hash.c", "common/image.c", "common/layout.c",
-    "common/table.c",
+    "common/errors.c", "common/hash.c", "common/image.c", "common/io.c",
+    "common/layout.c", "common/table.c",
     "writer/writer.c", "writer/file.c",
     "loader/archive.c", "loader/fixpool.c", "loader/relocate.c", "loader/loader.c",
     "loader/prefetch.c", "loader/release.c", "loader/verify.c", "loader/descriptor.c",

@@ -97,7 +97,8 @@ int pycds_layout_id(char *buf, size_t cap);
  * writer finds the counter in libpython's symbol table (not stripped, the
  * file the loaded build's) and gives its offset from the image anchor, to
  * be recorded in the archive; the loader checks that the offset holds the
- * counter (two draws) and then draws from it directly.  Elsewhere, and
+ * counter (two draws) and then draws from it directly (so does a process
+ * once its writer has found and checked it).  Elsewhere, and
  * where it cannot be found or checked: PYCDS_E_UNSUPPORTED with why.
  * Both take the GIL. */
 int pycds_layout_version_counter_at(int64_t *offset);

@@ -179,30 +179,6 @@ pycds_image_build_id(void)
     return image.build_id;
 }
 
-/* n bytes at offset off of fd into buf: 0, or -1 (errno set; EIO for a
- * short file). */
-static int
-pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-    uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t got = pread(fd, p, n, (off_t)off);
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got <= 0) {
-            if (got == 0) {
-                errno = EIO;
-            }
-            return -1;
-        }
-        p += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
-    }
-    return 0;
-}
-
 /* Section i's bytes, malloc'ed (NULL: a failure said). */
 static uint8_t *
 read_section(int fd, const ElfW(Shdr) *sh, const char *what)
@@ -216,8 +192,10 @@ read_section(int fd, const ElfW(Shdr) *sh, const char *what)
         pycds_fail(PYCDS_E_NOMEM, "%s: out of memory", what);
         return NULL;
     }
-    if (pread_all(fd, buf, sh->sh_size, sh->sh_offset) != 0) {
-        pycds_fail(PYCDS_E_IO, "reading the %s: %s", what, strerror(errno));
+    int got = pycds_pread_all(fd, buf, sh->sh_size, sh->sh_offset);
+    if (got != 0) {
+        pycds_fail(PYCDS_E_IO, "reading the %s: %s", what,
+                   got < 0 ? strerror(errno) : "the file ends first");
         free(buf);
         return NULL;
     }
@@ -262,7 +240,7 @@ pycds_image_symbol(const char *name, uint64_t size, uintptr_t *addr)
     ElfW(Shdr) *sh = NULL;
     uint8_t *syms = NULL, *strs = NULL;
     rc = PYCDS_E_UNSUPPORTED;
-    if (pread_all(fd, &eh, sizeof eh, 0) != 0 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0
+    if (pycds_pread_all(fd, &eh, sizeof eh, 0) != 0 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0
             || eh.e_shentsize != sizeof(ElfW(Shdr)) || eh.e_shnum == 0) {
         pycds_fail(rc, "%s: not an ELF file with sections", path);
         goto done;
@@ -272,8 +250,10 @@ pycds_image_symbol(const char *name, uint64_t size, uintptr_t *addr)
         rc = pycds_fail(PYCDS_E_NOMEM, "section headers: out of memory");
         goto done;
     }
-    if (pread_all(fd, sh, (size_t)eh.e_shnum * sizeof *sh, eh.e_shoff) != 0) {
-        rc = pycds_fail(PYCDS_E_IO, "%s: section headers: %s", path, strerror(errno));
+    int got = pycds_pread_all(fd, sh, (size_t)eh.e_shnum * sizeof *sh, eh.e_shoff);
+    if (got != 0) {
+        rc = pycds_fail(PYCDS_E_IO, "%s: section headers: %s", path,
+                        got < 0 ? strerror(errno) : "the file ends first");
         goto done;
     }
     if (!same_build(fd, sh, eh.e_shnum)) {

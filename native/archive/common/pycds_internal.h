@@ -64,6 +64,10 @@ int pycds_fail(int code, const char *fmt, ...)
  * PYCDS_E_PYTHON (or PYCDS_E_NOMEM for MemoryError). */
 int pycds_fail_python(const char *what);
 
+/* io.c: read n bytes of fd at offset off into buf.  0; -1 with errno set
+ * (EINTR retried); 1 where the file ends first. */
+int pycds_pread_all(int fd, void *buf, size_t n, uint64_t off);
+
 /* image.c: the loaded object (libpython or the executable) that holds the
  * interpreter's static objects.  Anchor: &_Py_NoneStruct. */
 int pycds_image_init(void);

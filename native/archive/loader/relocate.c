@@ -33,22 +33,12 @@
 int
 pycds_read_full(int fd, void *buf, size_t n, uint64_t off)
 {
-    uint8_t *p = (uint8_t *)buf;
-    while (n > 0) {
-        ssize_t got = pread(fd, p, n, (off_t)off);
-        if (got < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return pycds_fail(PYCDS_E_IO, "read of archive failed: %s",
-                              strerror(errno));
-        }
-        if (got == 0) {
-            return pycds_fail(PYCDS_E_IO, "archive is shorter than its index says");
-        }
-        p += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
+    int rc = pycds_pread_all(fd, buf, n, off);
+    if (rc < 0) {
+        return pycds_fail(PYCDS_E_IO, "read of archive failed: %s", strerror(errno));
+    }
+    if (rc > 0) {
+        return pycds_fail(PYCDS_E_IO, "archive is shorter than its index says");
     }
     return PYCDS_OK;
 }

@@ -691,22 +691,30 @@ is_version_counter(uintptr_t addr)
 int
 pycds_layout_version_counter_at(int64_t *offset)
 {
-    uintptr_t addr;
-    /* (The GIL also guards the image's state, set up on first use.) */
+    /* (The GIL also guards the image's state, set up on first use.)  Once
+     * found and checked, the counter is this process's for good: later
+     * dumps (AUTO's, pycds.dump) read no symbol table again, and loads
+     * draw from it too. */
     PyGILState_STATE g = PyGILState_Ensure();
-    int rc = pycds_image_symbol("_Py_next_func_version", sizeof(uint32_t), &addr);
-    int ok = rc == PYCDS_OK && addr % _Alignof(uint32_t) == 0
-             && (version_counter == (uint32_t *)addr || is_version_counter(addr));
+    int rc = PYCDS_OK;
+    if (version_counter == NULL) {
+        uintptr_t addr;
+        rc = pycds_image_symbol("_Py_next_func_version", sizeof(uint32_t), &addr);
+        if (rc == PYCDS_OK) {
+            if (addr % _Alignof(uint32_t) == 0 && is_version_counter(addr)) {
+                version_counter = (uint32_t *)addr;
+            }
+            else {
+                rc = pycds_fail(PYCDS_E_UNSUPPORTED,
+                                "_Py_next_func_version does not count code objects");
+            }
+        }
+    }
+    if (rc == PYCDS_OK) {
+        *offset = (int64_t)((uintptr_t)version_counter - pycds_image_anchor());
+    }
     PyGILState_Release(g);
-    if (rc) {
-        return rc;
-    }
-    if (!ok) {
-        return pycds_fail(PYCDS_E_UNSUPPORTED,
-                          "_Py_next_func_version does not count code objects");
-    }
-    *offset = (int64_t)(addr - pycds_image_anchor());
-    return PYCDS_OK;
+    return rc;
 }
 
 int

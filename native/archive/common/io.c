@@ -1,0 +1,29 @@
+/* io.c -- reading n bytes of a file at an offset, whole: for the loader
+ * (the archive's chunks, tables and entries: loader/relocate.c,
+ * pycds_read_full) and for image.c (the interpreter's own file). */
+#include "pycds_internal.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+int
+pycds_pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+    uint8_t *p = (uint8_t *)buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -1;
+        }
+        if (got == 0) {
+            return 1;
+        }
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
