@@ -230,8 +230,7 @@ def imported_by_interpreter():
     frames below them, except on a thread started from C with no Python
     frame (a C extension's worker, an embedding host importing the
     application from C), which this takes for the interpreter's: a matter
-    of speed only (pycds.finder.STARTUP_PLAIN_BYTES,
-    :data:`STARTUP_PLAIN_IMPORTS`).  Never raises (False on any surprise)."""
+    of speed only (:data:`STARTUP_PLAIN_IMPORTS`).  Never raises (False on any surprise)."""
     try:
         f = _getframe(1)
         for _ in range(_MAX_WALK):

@@ -11,23 +11,39 @@ damaged one.
 
 import os
 
-from . import _archive, _trust, _writer
+from . import _archive, _writer
 from .errors import ArchiveFormatError, ForeignArchiveError
 
 __all__ = ["refusal", "not_replaceable", "directory_refusal"]
 
 
+def _untrusted(path, file=True):
+    # pycds._nativeapi.check_trusted's reason, or "" (also where the native
+    # module cannot be loaded: then no archive is used anyway).
+    try:
+        from ._nativeapi import check_trusted
+        check_trusted(path, file)
+    except (ArchiveFormatError, OSError) as e:
+        return str(e)
+    except ImportError:
+        pass
+    return ""
+
+
 def directory_refusal(path):
     """Why every run would refuse an archive at ``path`` for where it lies
-    (a directory on the way that others may write: pycds._trust), "" where
-    nothing there stands in the way."""
+    (a directory on the way that others may write:
+    pycds._nativeapi.check_trusted), "" where nothing there stands in the
+    way."""
     d = os.path.dirname(os.path.abspath(path))
     while not os.path.isdir(d) and os.path.dirname(d) != d:
         d = os.path.dirname(d)      # (a dump makes the missing ones, mode 0755)
+    why = _untrusted(d, file=False)     # (the directories above d)
+    if why:
+        return why
     try:
-        _trust._check_directory(d)      # (the directories above d)
         mode = os.stat(d).st_mode
-    except (ArchiveFormatError, OSError) as e:
+    except OSError as e:
         return str(e)
     if mode & 0o002 and not mode & 0o1000:
         return f"its directory {d} is writable by others (mode {mode & 0o7777:o}, no sticky bit)"
@@ -88,9 +104,7 @@ def refusal(path, error, auto):
         return (f"{reason}; write it again with this interpreter and pycds "
                 "(PYCDSMODE=DUMP), or use PYCDSMODE=AUTO, which replaces an archive "
                 "that does not fit")
-    try:
-        _trust.check_trusted(os.stat(path), path)
-    except (ArchiveFormatError, OSError):
+    if _untrusted(path):
         return (f"{reason}; SHARE runs only an archive no other user could have "
                 "written or replaced: chmod go-w it and keep it where only you can write")
     return (f"{reason}; write it again (PYCDSMODE=DUMP), or use PYCDSMODE=AUTO, which "

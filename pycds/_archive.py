@@ -25,12 +25,10 @@ meta block names the interpreter the archive is for
 import _imp
 import marshal
 import os
-import stat
 import sys
 
 from ._config import interpreter_tag, meta_for_this_interpreter
-from ._trust import check_trusted
-from .errors import ArchiveFormatError, ForeignArchiveError, program_raised
+from .errors import ArchiveFormatError, program_raised
 
 __all__ = ["Header", "ModuleEntry", "Index", "layout", "checksum", "name_hash",
            "meta_for_this_interpreter", "interpreter_tag"]
@@ -143,48 +141,16 @@ class Header:
     __slots__ = tuple(name for name, _, _ in _FIELDS)
 
     @classmethod
-    def parse(cls, b, file_len, check_version=True):
+    def unpack(cls, b):
+        """The fields of the header ``b`` (its first HEADER_SIZE bytes), as
+        they are: nothing is checked (an archive's reader checks them:
+        :class:`Index`).  For tools that rewrite a header."""
         if len(b) < HEADER_SIZE:
-            raise ArchiveFormatError(f"file is {len(b)} bytes, shorter than a header")
-        if b[:8] != MAGIC:
-            raise ArchiveFormatError("not a pycds archive (bad magic)")
+            raise ValueError(f"{len(b)} bytes, shorter than a header")
         h = cls()
         for name, off, size in _FIELDS[1:]:
             setattr(h, name, _u(b, off, size))
         h.magic = b[:8]
-        if h.format != FORMAT_VERSION:
-            raise ForeignArchiveError(f"archive format {h.format}, this pycds reads "
-                                 f"format {FORMAT_VERSION}")
-        # Checked before the checksum: _imp.source_hash is SipHash-2-4 on
-        # 3.10 and SipHash-1-3 from 3.11 on, so another version's header
-        # could not even be verified; say which version made it instead.
-        if check_version and h.py_hexversion >> 16 != sys.hexversion >> 16:
-            raise ForeignArchiveError(
-                f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
-                f"this is Python {sys.version_info[0]}.{sys.version_info[1]}")
-        if _u(b, _SUM_AT, 8) != checksum(b[:_SUM_AT], _HEADER_KEY):
-            if (h.py_hexversion >= 0x030B0000) != (sys.hexversion >= 0x030B0000):
-                # Not damage: the other side of the SipHash change (above).
-                raise ForeignArchiveError(
-                    f"made by Python {h.py_hexversion >> 24}.{h.py_hexversion >> 16 & 0xFF}, "
-                    f"whose checksums this Python {sys.version_info[0]}."
-                    f"{sys.version_info[1]} cannot verify; read it with that version")
-            raise ArchiveFormatError("header checksum mismatch")
-        if h.file_len != file_len:
-            raise ArchiveFormatError(f"file is {file_len} bytes, header says {h.file_len} "
-                              f"(truncated or appended to)")
-        for off, length in ((h.meta_off, h.meta_len),
-                            (h.buckets_off, h.nbuckets * 8),
-                            (h.entries_off, h.entries_len),
-                            (h.chunks_off, h.nmodules * CHUNK_REC),
-                            (h.heap_off, h.heap_len),
-                            (h.reloc_off, h.reloc_count * 4)):
-            if off < HEADER_SIZE or off + length > file_len:
-                raise ArchiveFormatError("section outside the file")
-        # (The writer makes at least 8 and twice the modules: a lookup
-        # always ends at an empty bucket.)
-        if h.nbuckets < 1 or h.nbuckets & (h.nbuckets - 1) or h.nbuckets < h.nmodules:
-            raise ArchiveFormatError("bad bucket table size")
         return h
 
     def pack(self):
@@ -265,88 +231,36 @@ _SWAPPED = object()    # Index._lookup: the archive at the path was another
 
 
 class Index:
-    """Read side of an archive: header checked, lookups by module name.
+    """Read side of an archive: lookups by module name, the entries and the
+    chunk table, over an archive file the native reader opened and checked
+    (pycds._nativeapi.ArchiveFile, whose ``path``, ``header``, ``meta``,
+    ``foreign``, ``mtime``, ``fd``, ``descriptor()`` and ``close()`` it
+    passes on).
 
     ``Index.open(path)`` raises :class:`~pycds.errors.ArchiveFormatError`
     with the reason when the archive cannot be used; it never reads more
     than the header, the meta block and the bucket table.
     """
 
-    def __init__(self, path, fd, header, meta, buckets, foreign=None, file_id=None,
-                 mtime=0.0):
-        self.path = path
-        self.mtime = mtime       # when the file was written (st_mtime, s)
-        self.foreign = foreign   # why this interpreter may not use it, or None
-        self.fd = fd
-        self.header = header
-        self.meta = meta
-        self._buckets = buckets
-        self._mask = header.nbuckets - 1
-        self._key = header.archive_id
+    def __init__(self, file):
+        self.file = file
         self._table = None       # chunk table bytes, read by verify only
-        self._file_id = file_id  # (st_dev, st_ino) of the file opened
-        self._owned = True       # self.fd is ours to close (see adopt)
-        self._reopen = fd < 0    # the first read opens the file (open's
-                                 # out_of_the_way)
+
+    def __getattr__(self, name):
+        # (Only what the file has; not the file's private state.)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.file, name)
 
     @classmethod
     def open(cls, path, check_owner=True, check_interpreter=True,
              out_of_the_way=False):
-        """The archive at ``path``.  With ``out_of_the_way`` (SHARE's
-        start-up) no descriptor is held once the header, meta block and
-        bucket table are read: the first entry read opens the file again
-        (:meth:`descriptor`), and the native handle then moves it out of
-        the program's way (native/archive/loader/descriptor.c; :meth:`adopt`).  Raises
+        """The archive at ``path`` (pycds._nativeapi.ArchiveFile says what
+        each argument does).  Needs the native module.  Raises
         :class:`~pycds.errors.ArchiveFormatError`
         (:class:`~pycds.errors.ForeignArchiveError`)."""
-        try:
-            # O_NONBLOCK: opening a FIFO (or a device) put at the archive
-            # path must not block start-up; it is refused as not a regular
-            # file just below.  No effect on regular files.
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError as e:
-            raise ArchiveFormatError(e.strerror or str(e)) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ArchiveFormatError("not a regular file")
-            if check_owner:
-                check_trusted(st, path)
-            h = Header.parse(os.pread(fd, HEADER_SIZE, 0), st.st_size,
-                             check_version=check_interpreter)
-            meta_b = os.pread(fd, h.meta_len, h.meta_off)
-            if checksum(meta_b, h.archive_id) != h.meta_sum:
-                raise ArchiveFormatError("meta checksum mismatch")
-            meta = marshal.loads(meta_b)
-            if type(meta) is not dict:
-                raise ArchiveFormatError("meta block is not a dict")
-            here = meta_for_this_interpreter()
-            foreign = None
-            for key, value in here.items():
-                if key not in meta:
-                    foreign = f"made by an older pycds (its meta has no {key})"
-                elif meta[key] != value:
-                    foreign = (f"made by another interpreter ({key} "
-                               f"{meta[key]!r}, this is {value!r})")
-                if foreign is not None:
-                    if check_interpreter:
-                        raise ForeignArchiveError(foreign)
-                    break
-            buckets = os.pread(fd, h.nbuckets * 8, h.buckets_off)
-            if len(buckets) != h.nbuckets * 8 or \
-                    checksum(buckets, h.archive_id) != h.buckets_sum:
-                raise ArchiveFormatError("bucket table checksum mismatch")
-            if out_of_the_way:
-                os.close(fd)
-                fd = -1
-            return cls(path, fd, h, meta, buckets, foreign, (st.st_dev, st.st_ino),
-                       st.st_mtime)
-        except ArchiveFormatError:
-            os.close(fd)
-            raise
-        except (OSError, ValueError, EOFError, TypeError) as e:
-            os.close(fd)
-            raise ArchiveFormatError(f"unreadable ({e})") from None
+        from ._nativeapi import ArchiveFile
+        return cls(ArchiveFile(path, check_owner, check_interpreter, out_of_the_way))
 
     def lookup(self, name):
         """Return the :class:`ModuleEntry` for ``name``, or None."""
@@ -358,23 +272,25 @@ class Index:
     def _lookup(self, name):
         h = name_hash(name)
         tag = h >> 32
-        b = self._buckets
-        i = h & self._mask
+        file = self.file
+        b = file.buckets
+        nbuckets = file.header.nbuckets
+        i = h & (nbuckets - 1)
         # At most every bucket once: a table without an empty bucket (a
         # crafted one: the writer leaves half of them empty) must not
         # loop for ever.
-        for _ in range(self.header.nbuckets):
+        for _ in range(nbuckets):
             at = i * 8
             off = int.from_bytes(b[at + 4:at + 8], "little")
             if off == EMPTY:
                 return None
             if int.from_bytes(b[at:at + 4], "little") == tag:
-                if self.fd < 0:
+                if file.fd < 0:
                     # The first entry read opens the file, which may take
                     # another archive renamed over this one: its buckets
                     # come with it.  A miss opens nothing.
-                    self.descriptor()
-                    if self._buckets is not b:
+                    file.descriptor()
+                    if file.buckets is not b:
                         return _SWAPPED
                 entry = self._read_entry(off)
                 if entry is None:
@@ -382,12 +298,12 @@ class Index:
                                       "corrupt, or replaced while in use)")
                 if entry.name == name:
                     return entry
-            i = (i + 1) & self._mask
+            i = (i + 1) & (nbuckets - 1)
         return None
 
     def _read_entry(self, off):
-        fd = self.fd if self.fd >= 0 else self.descriptor()
-        h = self.header         # (after descriptor(), which may change it)
+        fd = self.file.descriptor()
+        h = self.file.header
         if off + 12 > h.entries_len:
             return None
         # One pread covers most entries (a few hundred bytes); a longer
@@ -399,7 +315,7 @@ class Index:
         payload = head[12:length]
         if len(head) < length:
             payload += os.pread(fd, length - len(head), h.entries_off + off + len(head))
-        if checksum(payload, self._key) != int.from_bytes(head[4:12], "little"):
+        if checksum(payload, h.archive_id) != int.from_bytes(head[4:12], "little"):
             return None
         try:
             return ModuleEntry(*marshal.loads(payload))
@@ -470,70 +386,6 @@ class Index:
         # native byte order (chunk_table)
         r = struct.unpack("=QIIQIIQ", b)
         return (r[0], r[1], r[2], r[3], r[4], r[6])
-
-    def fd_lost(self):
-        """Whether the descriptor no longer refers to the file opened: the
-        program closed it (daemonizing code closes every descriptor), and
-        maybe opened another file under its number.  A read failing then
-        says nothing about the archive.  Never raises."""
-        if self.fd < 0:
-            return False          # none held yet (or closed by pycds)
-        try:
-            st = os.fstat(self.fd)
-        except (OSError, ValueError):
-            return True
-        return self._file_id is not None and (st.st_dev, st.st_ino) != self._file_id
-
-    def descriptor(self):
-        """The descriptor to read through; the first call of an index
-        opened ``out_of_the_way`` opens the file again.  Where the path
-        names another file by then (a dump renamed a new archive over it;
-        nothing was read from this one yet), that archive is taken, checked
-        as at start-up.  Raises :class:`ArchiveFormatError`, or OSError where the
-        file cannot be opened."""
-        if self.fd >= 0:
-            return self.fd
-        if not self._reopen:
-            raise ArchiveFormatError("archive closed")
-        self._reopen = False
-        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            os.close(fd)
-            raise
-        if (st.st_dev, st.st_ino) == self._file_id:
-            self.fd, self._owned = fd, True
-            return fd
-        os.close(fd)
-        vars(self).update(vars(Index.open(self.path)))
-        return self.fd
-
-    def let_go(self):
-        """Close the descriptor the first entry read opened, while no native
-        handle holds one (out of the program's way): the next read opens
-        the file again, as the first did.  For a lookup whose entry is not
-        kept (a start-up import left plain), so that until a module is
-        served SHARE holds no descriptor numbered where the program's own
-        opens land."""
-        if self._owned and self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-            self._reopen = True
-
-    def adopt(self, fd):
-        """Read through ``fd`` from now on, a descriptor on the same file
-        that its owner (the native handle) closes; this one's own is
-        closed."""
-        if self._owned and self.fd >= 0:
-            os.close(self.fd)
-        self.fd = fd
-        self._owned = False
-
-    def close(self):
-        if self._owned and self.fd >= 0:
-            os.close(self.fd)
-        self.fd = -1
 
 
 # ---- the writing side --------------------------------------------------

@@ -33,7 +33,7 @@ from _frozen_importlib import ModuleSpec
 from _frozen_importlib_external import SourceFileLoader
 
 from . import _archive, _capture, _config, _log, _pyc, import_native
-from . import _dump_order, _search, _trust, _writer
+from . import _dump_order, _search, _writer
 from . import is_hook_module
 from .errors import ArchiveFormatError, NativeError
 
@@ -404,10 +404,11 @@ def _pair_frozensets(ran, fresh, orders, depth=0):
 def _warn_if_refused(path):
     """One warning now, when a SHARE run would refuse the archive just
     written at ``path`` for where it lies (a directory others may write) or
-    its mode (``pycds._trust.check_trusted``): better than a refusal in every run
-    after."""
+    its mode (``pycds._nativeapi.check_trusted``): better than a refusal in
+    every run after."""
     try:
-        _trust.check_trusted(os.stat(path), path)
+        from ._nativeapi import check_trusted
+        check_trusted(path)
     except (ArchiveFormatError, OSError) as e:
         _log.warning(f"archive written to {path}, but SHARE runs will refuse it: {e}")
 

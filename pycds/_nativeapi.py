@@ -7,17 +7,21 @@ with the C side's message.  The loader's side (what SHARE imports); the
 writer's calls are in pycds._nativewriter.
 """
 
+import marshal
+import os
+
 from . import __version__
-from .errors import E_CORRUPT, NativeError
+from ._config import meta_for_this_interpreter
+from .errors import (E_CORRUPT, E_FOREIGN, E_NOMEM, ArchiveFormatError, ForeignArchiveError,
+                     NativeError)
 
 try:
     from ._native import ffi, lib
 except ImportError as e:
     if "subinterpreter" in str(e):
         raise     # 3.12+ refuses cffi modules there; the finder expects this one
-    import os as _os
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    if _os.path.exists(_os.path.join(_os.path.dirname(_here), "setup.py")):
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.exists(os.path.join(os.path.dirname(_here), "setup.py")):
         why = (f"the pycds imported is the source checkout {_here}, not the installed "
                f"one: the working directory comes first on sys.path. Run from another "
                f"directory (cd ..), or build the native module in place with "
@@ -44,6 +48,151 @@ def _check(rc, what):
 def hash64(data, seed=0):
     """XXH64 of a bytes-like object with a 64-bit seed, as an int."""
     return lib.pycds_hash64(ffi.from_buffer(data), len(data), seed)
+
+
+def _refused(rc):
+    # The reader's refusal (native/archive/loader/open.c) as the exception a
+    # reader of archives raises.
+    detail = ffi.string(lib.pycds_last_error()).decode("utf-8", "replace")
+    if rc == E_FOREIGN:
+        return ForeignArchiveError(detail)
+    if rc == E_NOMEM:
+        return MemoryError(detail)
+    return ArchiveFormatError(detail)
+
+
+def _c_path(path):
+    # A path as the C side takes it (os.open's rules: str, bytes, PathLike).
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise ArchiveFormatError("unreadable (embedded null byte)")
+    return b
+
+
+def check_trusted(path, file=True):
+    """Raise :class:`ArchiveFormatError` for an archive at ``path`` that
+    others could have written or could replace, what SHARE refuses: a
+    directory on the way writable by others without the sticky bit; with
+    ``file``, a file writable by group or others or owned by another user
+    (native/archive/loader/open.c, pycds_trust_check).  As ssh refuses a
+    loose private key."""
+    rc = lib.pycds_trust_check(_c_path(path), lib.PYCDS_TRUST_FILE if file else 0)
+    if rc:
+        raise _refused(rc)
+
+
+class ArchiveFile:
+    """An archive file opened and checked by the native reader
+    (native/archive/loader/open.c): ``header`` (the fields of
+    pycds._archive.Header), ``meta`` (the meta block, a dict), ``buckets``
+    (the bucket table, bytes), ``mtime`` (when it was written, s) and
+    ``fd``, the descriptor to read the rest through (-1 while none is held).
+
+    Raises :class:`ArchiveFormatError` (:class:`ForeignArchiveError` for an
+    archive of another format, Python version or interpreter build; the
+    latter only with ``check_interpreter``, else ``foreign`` says why).
+    ``check_owner``: refuse what :func:`check_trusted` refuses.  With
+    ``out_of_the_way`` (SHARE) no descriptor is held once these are read:
+    the first :meth:`descriptor` opens the file again, and a native handle
+    then takes it out of the program's way (:meth:`adopt`;
+    native/archive/loader/descriptor.c)."""
+
+    def __init__(self, path, check_owner=True, check_interpreter=True, out_of_the_way=False):
+        flags = (lib.PYCDS_OPEN_OWNER if check_owner else 0) | \
+            (lib.PYCDS_OPEN_VERSION if check_interpreter else 0) | \
+            (lib.PYCDS_OPEN_CLOSE if out_of_the_way else 0)
+        o = ffi.new("pycds_opened *")
+        rc = lib.pycds_archive_read_index(_c_path(path), flags, o)
+        if rc:
+            raise _refused(rc)
+        try:
+            meta_b = ffi.buffer(o.meta, o.meta_len)[:]
+            self.buckets = ffi.buffer(o.buckets, o.nbuckets * 8)[:]
+        finally:
+            lib.pycds_opened_free(o)
+        try:
+            try:
+                meta = marshal.loads(meta_b)
+            except (ValueError, EOFError, TypeError) as e:
+                raise ArchiveFormatError(f"unreadable ({e})") from None
+            if type(meta) is not dict:
+                raise ArchiveFormatError("meta block is not a dict")
+            self.foreign = None     # why this interpreter may not use it
+            for key, value in meta_for_this_interpreter().items():
+                if key not in meta:
+                    self.foreign = f"made by an older pycds (its meta has no {key})"
+                elif meta[key] != value:
+                    self.foreign = (f"made by another interpreter ({key} "
+                                    f"{meta[key]!r}, this is {value!r})")
+                if self.foreign is not None:
+                    if check_interpreter:
+                        raise ForeignArchiveError(self.foreign)
+                    break
+        except BaseException:
+            if o.fd >= 0:
+                os.close(o.fd)
+            raise
+        self.path = path
+        self.header = o
+        self.meta = meta
+        self.mtime = o.mtime_ns / 1e9
+        self.fd = o.fd
+        self._file_id = (o.st_dev, o.st_ino)
+        self._owned = True          # self.fd is ours to close (see adopt)
+        self._reopen = o.fd < 0     # the first descriptor() opens the file again
+
+    def descriptor(self):
+        """The descriptor to read through; the first call of a file opened
+        ``out_of_the_way`` opens it again.  Where the path names another
+        file by then (a dump renamed a new archive over it; nothing was read
+        from this one yet), that archive is taken, checked as at first (its
+        header, meta and buckets replace these).  Raises
+        :class:`ArchiveFormatError`, or OSError where the file cannot be
+        opened."""
+        if self.fd >= 0:
+            return self.fd
+        if not self._reopen:
+            raise ArchiveFormatError("archive closed")
+        self._reopen = False
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        if (st.st_dev, st.st_ino) == self._file_id:
+            self.fd, self._owned = fd, True
+            return fd
+        os.close(fd)
+        vars(self).update(vars(ArchiveFile(self.path)))
+        return self.fd
+
+    def adopt(self, fd):
+        """Read through ``fd`` from now on, a descriptor on the same file
+        that its owner (the native handle) closes; this one's own is
+        closed."""
+        if self._owned and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = fd
+        self._owned = False
+
+    def fd_lost(self):
+        """Whether the descriptor no longer refers to the file opened: the
+        program closed it (daemonizing code closes every descriptor), and
+        maybe opened another file under its number.  A read failing then
+        says nothing about the archive.  Never raises."""
+        if self.fd < 0:
+            return False          # none held yet (or closed by pycds)
+        try:
+            st = os.fstat(self.fd)
+        except (OSError, ValueError):
+            return True
+        return (st.st_dev, st.st_ino) != self._file_id
+
+    def close(self):
+        if self._owned and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
 
 
 class NativeArchive:
@@ -122,33 +271,41 @@ class IndexFinder:
     """The finder's archive hit in C (native/archive/loader/find.c): the
     index lookup of a name and the stats its checks take, as facts for
     pycds._search and pycds._pyc to judge.  ``index`` is an open
-    pycds._archive.Index reading through descriptor ``fd``; ``files``:
-    stat the source and .pyc too (not for PYCDSCHECK=unchecked).
-    ``serving``: None, or ``(finder, PathFinder, search, loader)`` for
-    :meth:`hit` to also require, before its verdict, what
-    ``pycds.finder.CDSFinder.find_spec`` requires of the import system
+    :class:`ArchiveFile` (or a pycds._archive.Index), read through
+    descriptor ``fd`` (-1: none yet; then ``open_file()`` is called where a
+    name's tag is found, and should :meth:`use` a descriptor, or return
+    False); ``files``: stat the source and .pyc too (not for
+    PYCDSCHECK=unchecked).  ``serving``: None, or ``(finder, PathFinder,
+    search, loader)`` for :meth:`hit` to also require, before its verdict,
+    what ``pycds.finder.CDSFinder.find_spec`` requires of the import system
     (``finder`` just before ``PathFinder`` on ``sys.meta_path``,
     ``pycds._STOCK_SEARCH``; ``pycds._STOCK_LOADER_ATTRS`` and
-    ``pycds._STOCK_SEARCH_FUNCS`` in ``loader``); its True
-    verdicts then come with the entry alone."""
+    ``pycds._STOCK_SEARCH_FUNCS`` in ``loader``); its True verdicts then
+    come with the entry alone."""
 
-    def __init__(self, index, fd, files=True, serving=None):
-        h = index.header
-        self._buckets = ffi.from_buffer(index._buckets)   # kept alive here
-        self._ix = ffi.new("pycds_index *", {
-            "fd": fd, "entries_off": h.entries_off, "entries_len": h.entries_len,
-            "buckets": self._buckets, "nbuckets": h.nbuckets, "key": h.archive_id})
+    def __init__(self, index, fd, files=True, serving=None, open_file=None):
+        self._file = index
+        self._open_file = open_file
+        self.use(fd)
         self._flags = lib.PYCDS_FIND_FILES if files else 0
         self._find = lib.pycds_index_find
         self._hit = lib.pycds_index_hit
         from _frozen_importlib_external import FileFinder
         from . import FILE_LOADERS
-        from ._archive import PYC_TIMESTAMP
         # (Kept alive here; the attribute names interned, as constants are.)
         self.serving = serving is not None
-        self._ctx = (FileFinder, FILE_LOADERS, PYC_TIMESTAMP, "_loaders", "path", False,
-                     serving)
+        self._ctx = (FileFinder, FILE_LOADERS, lib.PYCDS_PYC_TIMESTAMP, "_loaders", "path",
+                     False, serving)
         self._ctx_stock_hooks = self._ctx[:5] + (True, serving)
+
+    def use(self, fd):
+        """Read through descriptor ``fd`` from now on, the index as it is now
+        (ArchiveFile.descriptor() may have taken another file's)."""
+        h = self._file.header
+        self._buckets = ffi.from_buffer(self._file.buckets)   # kept alive here
+        self._ix = ffi.new("pycds_index *", {
+            "fd": fd, "entries_off": h.entries_off, "entries_len": h.entries_len,
+            "buckets": self._buckets, "nbuckets": h.nbuckets, "key": h.archive_id})
 
     def find(self, name):
         """``[entry tuple, stamps of the search's steps, package directory's
@@ -156,10 +313,18 @@ class IndexFinder:
         ``name`` is not in the archive, False where C declined (read the
         index with Index.lookup)."""
         out = []
-        if self._find(self._ix, id(name), self._flags, id(out)):
-            return False
-        return out or None
+        rc = self._find(self._ix, id(name), self._flags, id(out))
+        if rc == lib.PYCDS_FIND_NO_FILE and self._open_file is not None and self._open_file():
+            rc = self._find(self._ix, id(name), self._flags, id(out))
+        return False if rc else out or None
 
+    def holds(self, name):
+        """Whether the archive holds ``name``; before a descriptor is set,
+        whether a bucket holds its tag (the likely answer: 32 bits of its
+        hash), reading nothing."""
+        out = []
+        rc = self._find(self._ix, id(name), 0, id(out))
+        return rc == lib.PYCDS_FIND_NO_FILE or (rc == 0 and bool(out))
 
     def hit(self, name, path, stock_hooks=False):
         """:meth:`find`'s list and a sixth item, the native verdict
@@ -174,9 +339,10 @@ class IndexFinder:
         True]``.  None, False: as :meth:`find`."""
         out = []
         ctx = self._ctx_stock_hooks if stock_hooks else self._ctx
-        if self._hit(self._ix, id(name), id(path), id(ctx), id(out)):
-            return False
-        return out or None
+        rc = self._hit(self._ix, id(name), id(path), id(ctx), id(out))
+        if rc == lib.PYCDS_FIND_NO_FILE and self._open_file is not None and self._open_file():
+            rc = self._hit(self._ix, id(name), id(path), id(ctx), id(out))
+        return False if rc else out or None
 
 
 def keyed_hash(key, data):

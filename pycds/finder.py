@@ -34,8 +34,7 @@ from _frozen_importlib_external import (FileFinder, PathFinder, SourceFileLoader
 from _imp import _fix_co_filename
 
 from . import (_STOCK_LOADER_ATTRS, _STOCK_SEARCH, _STOCK_SEARCH_FUNCS, FILE_LOADERS,
-               _archive, _config, imported_by_interpreter, loader_patched, path_hooks_stock,
-               search_replayable)
+               _config, import_native, loader_patched, path_hooks_stock, search_replayable)
 from ._config import MODE_AUTO
 from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
@@ -66,10 +65,10 @@ _verbose = 0
 # that a program that stops importing wastes little.
 PREFETCH_WINDOW = 2 << 20
 
-# Seconds an import waits for another thread's opening of the native module
-# before it is imported plainly (_Archive._open_native): that thread may be
+# Seconds an import waits for another thread's opening of the native handle
+# before it is imported plainly (_Archive.open_handle): that thread may be
 # waiting for this one.
-NATIVE_WAIT_S = 0.5
+OPEN_WAIT_S = 0.5
 
 # Why an archive is dropped when the program closed pycds's descriptors.
 _LOST_FD = "the program closed its file descriptor"
@@ -113,16 +112,6 @@ def _stale_fallback(name, reason):
     _fallback(name, reason)
 
 
-# Heap bytes of archived modules the interpreter itself imports before the
-# native module is loaded that are imported plainly
-# (pycds.imported_by_interpreter).
-# A ski-rental bound: about what serving must save to pay for loading the
-# native module, so a sitecustomize that imports a large framework loses at
-# most that, while what `-c` and `-m` import before the program runs is
-# imported plainly (docs/design-notes.md).
-STARTUP_PLAIN_BYTES = 512 << 10
-
-
 def stats():
     """Counters of this process: ``served`` (modules executed from the
     archive), ``fallbacks`` (reason -> count of archived modules imported
@@ -152,10 +141,12 @@ def stats():
 
 
 class _Archive:
-    """An opened archive: the index now, the native mapping on first use."""
+    """An opened archive: its file (pycds._nativeapi.ArchiveFile), the
+    native hit path, and the native handle that loads its modules, opened
+    where a name's tag is first found (:meth:`open_handle`)."""
 
-    def __init__(self, index, check, verify=False, prefetch=True, release=1):
-        self.index = index
+    def __init__(self, file, check, verify=False, prefetch=True, release=1):
+        self.file = file
         self.check = check
         self.verify = verify
         self.prefetch = prefetch
@@ -164,55 +155,74 @@ class _Archive:
         # (entry, spec) of modules handed out, innermost import last: their
         # memory is given back once their body has run (release_finished).
         self.ran = []
-        self.startup_plain_bytes = 0
-        self.path = index.path
+        self.path = file.path
         self.disabled = False
         self.damaged = False    # disabled for damage found in the file
-        self._native = None
-        self.fast = None        # the native hit path, once _native is open
-        self._open_lock = _thread.allocate_lock()   # held while opening it
-        self._opener = None     # thread id while it opens the native handle
+        self._N = None          # pycds._nativeapi
+        self._native = None     # the native handle, once opened
+        self.fast = None        # the native hit path
+        self._index = None
+        self._open_lock = _thread.allocate_lock()   # held while opening the handle
+        self._opener = None     # thread id while it opens the handle
         self._open_waited_out = False   # an import gave up waiting for that
         self.finder = None      # the CDSFinder serving from it
 
-    def _open_native(self):
-        """The native handle, opened on first use; None while this very
-        thread is opening it: importing the native module can import more
-        (under ``-X dev`` loading an extension looks up the ascii codec), and
-        those are imported plainly rather than wait for a lock their own
-        import holds.  Another thread waits for the handle at most
-        :data:`NATIVE_WAIT_S`, then imports plainly, and so does every import
-        after it until the handle is open: the opening runs the program's
-        code (its audit hooks, its meta path finders), which may be waiting,
-        through a module lock, for that very thread's import."""
-        # One native handle per archive, also when threads import at once:
-        # every module's fix-up state lives in that handle.
+    @property
+    def index(self):
+        # The index read in Python (pycds._archive), for what the native
+        # hit path declines: made on first use.
+        if self._index is None:
+            from ._archive import Index
+            self._index = Index(self.file)
+        return self._index
+
+    def start(self, N):
+        """The native hit path over the file, with ``N`` (pycds._nativeapi)."""
+        self._N = N
+        self.fast = N.IndexFinder(self.file, -1, self.check != "unchecked",
+                                  self._serving(), self.open_handle)
+
+    def open_handle(self):
+        """Open the native handle, on the file's descriptor (moved out of
+        the program's way: native/archive/loader/descriptor.c), and read
+        the index through it; True when open.  The first archived import
+        does, so that until then a SHARE process holds no descriptor.  False
+        where that fails (the archive is then disabled, after one warning),
+        while this thread opens it (an audit hook of the program importing
+        as the file is opened), or while another thread does, waited for at
+        most :data:`OPEN_WAIT_S` (that thread may be waiting for this one).
+        Raises only what the program's state raised
+        (PROGRAM_STATE_ERRORS)."""
         me = _thread.get_ident()
-        if self._opener == me:
-            return None
-        if not self._open_lock.acquire(True, 0 if self._open_waited_out else NATIVE_WAIT_S):
-            # The imports nested in this one wait no more.
+        if self._native is not None:
+            return True
+        if self._opener == me or self.disabled:
+            return False
+        if not self._open_lock.acquire(True, 0 if self._open_waited_out else OPEN_WAIT_S):
             self._open_waited_out = True
-            return self._native
+            return False
         try:
-            if self._native is None:
+            if self._native is None and not self.disabled:
                 self._opener = me
+                file = self.file
                 try:
-                    from . import import_native
-                    N = import_native(_startup_path)
-                    self._native = N.NativeArchive(
-                        self.index.descriptor(), self.index.header,
-                        self.index.meta.get("layout", ""), self.verify,
-                        PREFETCH_WINDOW if self.prefetch else 0,
-                        self.release_mode, self.index.meta.get("version_counter"))
-                    # One descriptor on the archive, out of the program's
-                    # way (native/archive/loader/descriptor.c).
-                    self.index.adopt(self._native.fd)
-                    self.fast = N.IndexFinder(self.index, self._native.fd,
-                                              self.check != "unchecked", self._serving())
+                    native = self._N.NativeArchive(
+                        file.descriptor(), file.header, file.meta.get("layout", ""),
+                        self.verify, PREFETCH_WINDOW if self.prefetch else 0,
+                        self.release_mode, file.meta.get("version_counter"))
+                    # One descriptor on the archive, out of the program's way.
+                    file.adopt(native.fd)
+                    self.fast.use(native.fd)
+                    self._native = native
+                except Exception as e:
+                    if isinstance(e, PROGRAM_STATE_ERRORS):
+                        raise
+                    # Another build's layout, a bad mapping, a file replaced
+                    # by an unusable one: the whole archive is unusable.
+                    self.disable(str(e))
                 finally:
                     self._opener = None
-            return self._native
+            return self._native is not None
         finally:
             self._open_lock.release()
 
@@ -224,36 +234,12 @@ class _Archive:
         return (self.finder, PathFinder, _STOCK_SEARCH,
                 _STOCK_LOADER_ATTRS + _STOCK_SEARCH_FUNCS)
 
-    def open_native(self):
-        """:meth:`_open_native`, or None where that fails: the archive is
-        then disabled (one warning).  Raises only what the program's state
-        raised (PROGRAM_STATE_ERRORS)."""
-        try:
-            return self._open_native()
-        except Exception as e:
-            # Loading the native module runs imports the program does not
-            # make (_cffi_backend), which its audit hooks (or, where it is
-            # not on the start-up search path, its meta path finders) may
-            # refuse with anything: whatever the program raised there is a
-            # reason not to use the archive, not an error of the program's
-            # import.
-            if isinstance(e, PROGRAM_STATE_ERRORS):
-                raise
-            # Foreign build, missing native module, bad mapping: the whole
-            # archive is unusable.  In a subinterpreter of 3.12+ the cffi
-            # module refuses to load: that interpreter imports plainly, as
-            # it should (archived objects and the native state are the main
-            # interpreter's), and that is no fault.
-            self.disable(str(e), quiet=isinstance(e, ImportError)
-                         and "subinterpreter" in str(e))
-            return None
-
     def disable(self, reason, quiet=False, damaged=False):
         # ``damaged``: the file is (the warning says what to do about it).
         if not self.disabled:
             self.disabled = True
             self.damaged = damaged
-            self.index.close()    # its own descriptor, if it holds one
+            self.file.close()    # its own descriptor, if it holds one
             if quiet:
                 if _verbose:
                     _say(f"archive {self.path} not used: {reason}", 1)
@@ -271,11 +257,7 @@ class _Archive:
         if self.disabled:
             return None
         t0 = time.perf_counter()
-        native = self._native or self.open_native()
-        if native is None:
-            if not self.disabled:
-                _fallback(entry.name, "imported while the native module loads")
-            return None
+        native = self._native
         try:
             code = native.load(entry)
         except Exception as e:
@@ -289,7 +271,7 @@ class _Archive:
             elif code in (E_NOMEM, E_PYTHON):
                 # This process, not the file.
                 _fallback(entry.name, f"archive entry unusable ({e})")
-            elif self.index.fd_lost():
+            elif self.file.fd_lost():
                 # (The index reads through the native side's descriptor.)
                 self.disable(_LOST_FD)
             else:
@@ -478,6 +460,15 @@ def served_loader(loader):
     return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
 
+def _module_entry(*fields):
+    # pycds._archive's ModuleEntry, imported where a hit is judged in Python
+    # (a hit the native verdict did not take).
+    global _module_entry
+    from ._archive import ModuleEntry
+    _module_entry = ModuleEntry
+    return ModuleEntry(*fields)
+
+
 def _first_search(*args):
     # pycds._search is imported on the first archive hit, not at start-up
     # (a program that imports nothing archived does not pay for it).
@@ -609,15 +600,19 @@ class CDSFinder:
             # facts Python took (native/archive/loader/find.c).
             fast = archive.fast
             verdict = False
-            if fast is None:
-                facts = False
-            elif archive.check == "mtime":
+            if archive.check == "mtime":
                 facts = fast.hit(fullname, path)
                 if facts:
                     verdict = facts.pop()
             else:
                 facts = fast.find(fullname)
             if facts is False:
+                if archive._native is None:
+                    # (Not opened: by this thread now, or by another, or it
+                    # failed, said then.)
+                    if not archive.disabled:
+                        _fallback(fullname, "imported while the archive opens")
+                    return None
                 entry, facts = archive.index.lookup(fullname), None
             elif facts is None:
                 entry = None
@@ -627,11 +622,13 @@ class CDSFinder:
                 # under -vv, searches are never replayed: judged below.)
                 entry = None
             else:
-                entry, verdict = _archive.ModuleEntry(*facts[0]), False
+                # (The entry's tuple, made a ModuleEntry below where a hit is
+                # judged in Python.)
+                entry, verdict = facts[0], False
         except Exception as e:
             if program_raised(e):
                 raise
-            if archive.index.fd_lost():
+            if archive.file.fd_lost():
                 archive.disable(_LOST_FD)
             else:
                 archive.disable(f"index unreadable ({e})", damaged=True)
@@ -648,25 +645,7 @@ class CDSFinder:
             # finder put in PathFinder's place, or before it), or nothing.
             _fallback(fullname, "PathFinder does not follow pycds on sys.meta_path")
             return None
-        if (archive._native is None
-                and archive.startup_plain_bytes + entry.chunk_len <= STARTUP_PLAIN_BYTES
-                and imported_by_interpreter()):
-            archive.startup_plain_bytes += entry.chunk_len
-            _counters["startup_plain"] += 1
-            archive.index.let_go()
-            if _verbose:
-                _say(f"plain {fullname}: imported by the interpreter before the "
-                     "native module was loaded", 1)
-            return None
-        if archive.fast is None and archive.open_native() is not None \
-                and archive.fast is not None:
-            # The first hit loads the native module (not the opening: a
-            # program none of whose imports the archive holds never loads
-            # it), and is judged by it, as every later one.
-            return self.find_spec(fullname, path, target)
-        if archive.disabled:
-            return None     # (the native module unusable: said)
-        if facts is not None and _hooks_pending(entry.search):
+        if facts is not None and _hooks_pending(entry[-1]):     # (the tuple's search)
             # The search runs path hooks (as PathFinder would): the native
             # call's stats, taken before them, may be out of date.
             facts = None
@@ -682,13 +661,15 @@ class CDSFinder:
                 # the program's: the verdict is taken again after them.
                 try:
                     hit = archive.fast.hit(fullname, path, True)
-                    if hit and hit.pop() and _run_stock_hooks(entry.search, path):
+                    if hit and hit.pop() and _run_stock_hooks(entry[-1], path):
                         hit = archive.fast.hit(fullname, path)
                         if hit and hit.pop():
                             return self._verdict_spec(fullname, hit[0])
                 except Exception as e:
                     if program_raised(e):
                         raise
+        if type(entry) is tuple:
+            entry = _module_entry(*entry)
         # PathFinder's answer, from the dump run's directory stamps where
         # they hold (pycds._search).
         replays = _search_mod.replayed if _search_mod is not None else 0
@@ -775,8 +756,9 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
     ``sys.path`` as start-up left it (default: as it is now).
     ``started_plain``: the names the stand-in let through as the
     interpreter's imports, counted as such where the archive has them
-    (``startup_plain``, :data:`STARTUP_PLAIN_BYTES`).  Returns the finder,
-    or None (after one warning) when the archive cannot be used."""
+    (``startup_plain``).  Loads the native module, which opens the archive
+    (native/archive/loader/open.c).  Returns the finder, or None (after one
+    warning) when the archive cannot be used."""
     global _installed, _verbose, _startup_path, _auto
     if _installed is not None:
         return _installed
@@ -796,11 +778,30 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
     session, _tree_root = _config.share_session()
     auto = _auto = config.mode == MODE_AUTO
     try:
-        index = _archive.Index.open(config.archive, out_of_the_way=True)
+        N = import_native(_startup_path)
+    except Exception as e:
+        # Loading the native module runs imports the program does not make
+        # (_cffi_backend), which its audit hooks (or, where it is not on the
+        # start-up search path, its meta path finders) may refuse with
+        # anything: whatever the program raised there is a reason not to use
+        # the archive, not an error of the program's import.
+        if isinstance(e, PROGRAM_STATE_ERRORS):
+            raise
+        if isinstance(e, ImportError) and "subinterpreter" in str(e):
+            # 3.12+ refuses cffi modules in a subinterpreter: that
+            # interpreter imports plainly, as it should (archived objects and
+            # the native state are the main interpreter's): no fault.
+            if _verbose:
+                _say(f"archive {config.archive} not used: {e}", 1)
+        else:
+            _warn(f"archive {config.archive} ignored: {e}")
+        return None
+    try:
+        file = N.ArchiveFile(config.archive, out_of_the_way=True)
     except ArchiveFormatError as e:
         global open_failure
         open_failure = str(e)
-        if isinstance(e, ForeignArchiveError) and session != _archive.interpreter_tag():
+        if isinstance(e, ForeignArchiveError) and session != _config.interpreter_tag():
             # A child run by another Python or with other flags (-O) was
             # handed its parent's archive, not one made for it: plain
             # import, as without pycds, and nothing on its stderr.
@@ -817,15 +818,9 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
             from ._advice import refusal
             _warn(f"archive {config.archive} ignored: {refusal(config.archive, e, auto)}")
         return None
-    finder = CDSFinder(_Archive(index, config.check, config.verify,
+    finder = CDSFinder(_Archive(file, config.check, config.verify,
                                 config.prefetch, config.release))
-    if sys.flags.dev_mode:
-        # Under -X dev, loading an extension (the native module) looks up
-        # the ascii codec, importing encodings.ascii: opened now, before
-        # the finder is on sys.meta_path, that import is a plain one, not
-        # one nested in the import of an archived module (encodings.ascii
-        # itself, whose module would be empty, or run twice).
-        finder.archive.open_native()
+    finder.archive.start(N)
     _count_started_plain(finder.archive, started_plain)
     meta_path = sys.meta_path
     try:
@@ -837,7 +832,7 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
         meta_path.append(finder)
     _installed = finder
     _counters["archive"] = config.archive
-    _counters["modules_in_archive"] = index.header.nmodules
+    _counters["modules_in_archive"] = file.header.nmodules
     _counters["open_ms"] = (time.perf_counter() - t0) * 1e3
     if not auto:
         # (AUTO rewrites a stale archive instead: pycds.auto.)
@@ -847,13 +842,12 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
 
 
 def _count_started_plain(archive, names):
-    # As find_spec counts the interpreter's imports it leaves plain.  (An
-    # unreadable index: the first lookup of the program's import says so.)
+    # The interpreter's imports the stand-in left plain that the archive
+    # holds.  (An unreadable index: the first lookup of the program's
+    # import says so.)
     try:
         for name in names:
-            entry = archive.index.lookup(name)
-            if entry is not None:
-                archive.startup_plain_bytes += entry.chunk_len
+            if archive.fast.holds(name):
                 _counters["startup_plain"] += 1
                 if _verbose:
                     _say(f"plain {name}: imported by the interpreter before the "
@@ -861,8 +855,6 @@ def _count_started_plain(archive, names):
     except Exception as e:
         if program_raised(e):
             raise
-    finally:
-        archive.index.let_go()
 
 
 # Whether the finder was installed by AUTO, which rewrites an archive it

@@ -153,7 +153,7 @@ class Model:
     """
 
     def __init__(self, data):
-        h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
+        h = _archive.Header.unpack(data)
         self.header = h
         self.meta = marshal.loads(data[h.meta_off:h.meta_off + h.meta_len])
         self.entries = []
@@ -323,7 +323,7 @@ def nested_code(model, e, code_off):
 # ---- mutations ---------------------------------------------------------------
 
 def _sections(data):
-    h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
+    h = _archive.Header.unpack(data)
     return {
         "header": (0, _archive.HEADER_SIZE),
         "meta": (h.meta_off, h.meta_len),

@@ -197,11 +197,53 @@ int pycds_archive_set_release(pycds_archive *a, int mode);
 int pycds_archive_fd(pycds_archive *a, int *fd);
 int pycds_archive_close(pycds_archive *a);
 
+/* Opening an archive (loader/open.c): the header's fields
+ * (docs/archive-format.md; pycds/_archive.py Header), the file's identity
+ * and modification time, the meta block and the bucket table, checked. */
+typedef struct {
+    int fd;                /* a descriptor on the file, or -1 (PYCDS_OPEN_CLOSE) */
+    uint32_t format, header_size, nmodules, flags, py_hexversion;
+    uint64_t archive_id, created_ns, meta_off, meta_len, buckets_off, nbuckets;
+    uint64_t entries_off, entries_len, heap_off, heap_len, reloc_off, reloc_count;
+    uint64_t file_len, meta_sum, buckets_sum, chunks_off, chunks_sum;
+    uint64_t st_dev, st_ino;
+    int64_t mtime_ns;
+    uint8_t *meta;         /* meta_len bytes (marshal data); pycds_opened_free */
+    uint8_t *buckets;      /* nbuckets records of 8 bytes; pycds_opened_free */
+} pycds_opened;
+
+/* pycds_archive_read_index() flags */
+#define PYCDS_OPEN_OWNER 1     /* refuse what pycds_trust_check refuses */
+#define PYCDS_OPEN_VERSION 2   /* refuse another minor version's archive */
+#define PYCDS_OPEN_CLOSE 4     /* hold no descriptor once read */
+
+/* Open the archive at path and check its header, meta block and bucket
+ * table (not whether the meta block names this interpreter: marshal data,
+ * for the caller).  PYCDS_E_FOREIGN for another format or Python version,
+ * PYCDS_E_IO where the file cannot be opened or read (the detail is
+ * strerror's text alone where open() failed), PYCDS_E_CORRUPT for anything
+ * else refused, with the reason as the detail.  On success the caller
+ * owns o->fd (unless -1) and frees o's buffers with pycds_opened_free().
+ * No GIL. */
+int pycds_archive_read_index(const char *path, int flags, pycds_opened *o);
+void pycds_opened_free(pycds_opened *o);
+
+/* pycds_trust_check() flags: also refuse the file itself for its mode or
+ * owner (stat, following links). */
+#define PYCDS_TRUST_FILE 1
+/* Refuse an archive at path that others could have written or could
+ * replace: a directory on the way (from "/" down, through every symbolic
+ * link) writable by others without the sticky bit; with PYCDS_TRUST_FILE, a
+ * file writable by group or others or owned by another user than this one
+ * or root.  PYCDS_E_CORRUPT with the reason; PYCDS_E_IO where the file
+ * cannot be stat'ed.  No GIL. */
+int pycds_trust_check(const char *path, int flags);
+
 /* The finder's archive hit (loader/find.c): what pycds_index_find() reads
  * of an archive's index (docs/archive-format.md).  The caller owns it and
  * keeps `buckets` (nbuckets records of 8 bytes) alive and unchanged. */
 typedef struct {
-    int fd;                /* a descriptor on the archive */
+    int fd;                /* a descriptor on the archive, or -1: none yet */
     uint64_t entries_off;  /* module entries: file offset */
     uint64_t entries_len;  /* ... and bytes */
     const uint8_t *buckets;
@@ -211,6 +253,13 @@ typedef struct {
 
 /* pycds_index_find() flags: also stat the entry's source and .pyc. */
 #define PYCDS_FIND_FILES 1
+/* What pycds_index_find() and _hit() return, nothing appended, where a
+ * bucket holds the name's tag and the index has no descriptor (fd -1):
+ * the name is likely in the archive; read it once a descriptor is set. */
+#define PYCDS_FIND_NO_FILE 1
+/* An index entry's pyc_kind where the dump run's code came from a
+ * timestamp .pyc (pycds/_archive.py PYC_TIMESTAMP). */
+#define PYCDS_PYC_TIMESTAMP 1
 
 /* Look up the module named `name` (a str) in the index and stat what its
  * entry names.  0 and nothing appended: not in the archive.  0 and five
@@ -218,9 +267,10 @@ typedef struct {
  * its search's directories (a tuple, None where a step has no stamp or its
  * stat failed), the package directory's stamp, and with PYCDS_FIND_FILES
  * the (st_mtime_ns, st_size, st_mtime) of the source and of the .pyc, each
- * None where not taken or where stat failed.  Any other code: declined
- * (an entry that fails its checks, an unusual one, a read error); the
- * caller reads the index its own way.  Takes the GIL. */
+ * None where not taken or where stat failed.  PYCDS_FIND_NO_FILE: see
+ * above.  Any other code: declined (an entry that fails its checks, an
+ * unusual one, a read error); the caller reads the index its own way.
+ * Takes the GIL. */
 int pycds_index_find(const pycds_index *ix, uintptr_t name, int flags,
                      uintptr_t out_list);
 /* pycds_index_find() with PYCDS_FIND_FILES, and a sixth item appended: True

@@ -7,7 +7,7 @@ from importlib.machinery import SourceFileLoader
 import pytest
 
 from conftest import import_state, run_python, uncache
-from pycds import _archive, _config, finder
+from pycds import _config, finder
 
 
 @pytest.fixture
@@ -26,7 +26,11 @@ def archived_pkg(tmp_path):
 
 
 def make_finder(img, check="mtime"):
-    return finder.CDSFinder(finder._Archive(_archive.Index.open(img), check))
+    # As finder.install makes it (the native handle opened by the first hit).
+    from pycds import _nativeapi as N
+    f = finder.CDSFinder(finder._Archive(N.ArchiveFile(img, out_of_the_way=True), check))
+    f.archive.start(N)
+    return f
 
 
 def placed(f):

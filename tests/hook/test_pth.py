@@ -37,10 +37,10 @@ class TestPth:
         # finding, reading and unmarshalling (docs/performance.md): start-up
         # imports the package (with the .pth entry point and its stand-in
         # finder) and its settings; the program's first import opens the
-        # archive (the archive reader with its trust checks and exceptions,
+        # archive (the native module, whose reader checks it, the exceptions,
         # the finder); pycds._log only when there is a line to print, the
-        # native module on the first archive hit, the search replay and the
-        # .pyc rules in Python only for a hit the native verdict did not take.
+        # index reader, the search replay and the .pyc rules in Python only
+        # for a hit the native verdict did not take.
         img = str(tmp_path / "a.img")
         (tmp_path / "m.py").write_text("X = 1\n")
         run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
@@ -50,9 +50,9 @@ class TestPth:
         assert r.out.strip() == str(["pycds", "pycds._config"]) and r.err == "", r
         (tmp_path / "probe.py").write_text("import json\n" + probe)
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
-        assert r.out.strip() == str(["pycds", "pycds._archive", "pycds._config",
-                                     "pycds._trust", "pycds.errors",
-                                     "pycds.finder"]) and r.err == "", r
+        assert r.out.strip() == str(["pycds", "pycds._config", "pycds._native",
+                                     "pycds._native.lib", "pycds._nativeapi",
+                                     "pycds.errors", "pycds.finder"]) and r.err == "", r
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE="2")
         assert "pycds._log" in r.out and "[pycds] not in archive json" in r.err, r

@@ -179,9 +179,9 @@ class TestDamage:
     def _resigned_table(self, codes, tmp_path, victim, **fields):
         index, _ = archive_of(codes, tmp_path)
         entries = index.entries()
-        h = index.header
         with open(index.path, "rb") as f:
             data = f.read()
+        h = _archive.Header.unpack(data)
         index.close()
         for k, v in fields.items():
             setattr(entries[victim], k, v)

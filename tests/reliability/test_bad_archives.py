@@ -103,7 +103,7 @@ class TestBitFlips:
         """A flip in the index entry of any module the program imports."""
         work, _, data, plain, served = base_archive
         s = _sections(data)
-        h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
+        h = _archive.Header.unpack(data)
         ents = data[h.entries_off:h.entries_off + h.entries_len]
         off, targets = 0, []
         while off < len(ents):
@@ -254,7 +254,7 @@ class TestForeign:
         name the archive lacks probes each bucket once and ends (it looped
         for ever), and the program runs as plain."""
         work, _, data, plain, _ = base_archive
-        h = _archive.Header.parse(data[:_archive.HEADER_SIZE], len(data))
+        h = _archive.Header.unpack(data)
         b = bytearray(data[h.buckets_off:h.buckets_off + 8 * h.nbuckets])
         for at in range(0, len(b), 8):
             if int.from_bytes(b[at + 4:at + 8], "little") == _archive.EMPTY:

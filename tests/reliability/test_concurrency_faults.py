@@ -1010,7 +1010,7 @@ class TestDebugRanges:
 
 
 def test_an_index_opened_out_of_the_way_reads_the_archive_renamed_over_it(tmp_path):
-    # SHARE's start-up reads the header and buckets, then lets go of the file
+    # SHARE's first import reads the header and buckets, then lets go of the file
     # (out_of_the_way); a DUMP or AUTO run may rename a new archive over it
     # before the first entry is read, which must then use the new one
     # throughout: its buckets, offsets and key, not a mix ("index entry

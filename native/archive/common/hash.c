@@ -1,11 +1,16 @@
-/* hash.c -- XXH64 (Yann Collet's xxHash, 64-bit variant), written from the
- * algorithm's public specification (doc/xxhash_spec.md in Cyan4973/xxHash).
+/* hash.c -- the archive's two hashes.
  *
- * Used for the per-module checksums: fast enough that verifying a module's
- * chunk at first import costs little next to reading it.  Reads are done
- * with memcpy, so any alignment is fine.
+ * XXH64 (Yann Collet's xxHash, 64-bit variant), written from the
+ * algorithm's public specification (doc/xxhash_spec.md in Cyan4973/xxHash):
+ * the per-module checksums, fast enough that verifying a module's chunk at
+ * first import costs little next to reading it.  Reads are done with
+ * memcpy, so any alignment is fine.
+ *
+ * The keyed SipHash of _imp.source_hash (Python/pyhash.c): the checksums
+ * of the header, meta block, bucket table and index entries, and the
+ * names' bucket hash (docs/archive-format.md).
  */
-#include "pycds_native.h"
+#include "pycds_internal.h"
 
 #include <string.h>
 
@@ -139,4 +144,60 @@ pycds_hash64_2(const void *a, size_t na, const void *b, size_t nb, uint64_t seed
     }
     stripes(v, pb, rb / 32);
     return finish(v, n, pb + rb - rb % 32, seed);
+}
+
+/* ---- the keyed hash of _imp.source_hash --------------------------------- */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define HALF_ROUND(a, b, c, d, s, t) \
+    do { a += b; c += d; b = ROTL(b, s) ^ a; d = ROTL(d, t) ^ c; \
+         a = ROTL(a, 32); } while (0)
+#define SIP_ROUND(v0, v1, v2, v3) \
+    do { HALF_ROUND(v0, v1, v2, v3, 13, 16); \
+         HALF_ROUND(v2, v1, v0, v3, 17, 21); } while (0)
+
+/* _Py_KeyedHash (Python/pyhash.c): SipHash with k0 = key, k1 = 0; 2-4 on
+ * 3.10, 1-3 from 3.11 on.  Input words are read little-endian. */
+uint64_t
+pycds_keyed_hash(uint64_t key, const void *src, size_t n)
+{
+#if PY_VERSION_HEX < 0x030B0000
+    const int crounds = 2, drounds = 4;
+#else
+    const int crounds = 1, drounds = 3;
+#endif
+    const uint8_t *in = src;
+    uint64_t b = (uint64_t)n << 56;
+    uint64_t v0 = key ^ 0x736f6d6570736575ULL;
+    uint64_t v1 = 0 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = key ^ 0x6c7967656e657261ULL;
+    uint64_t v3 = 0 ^ 0x7465646279746573ULL;
+    uint64_t m, t = 0;
+    int r;
+
+    for (; n >= 8; n -= 8, in += 8) {
+        m = 0;
+        for (int i = 7; i >= 0; i--) {
+            m = m << 8 | in[i];
+        }
+        v3 ^= m;
+        for (r = 0; r < crounds; r++) {
+            SIP_ROUND(v0, v1, v2, v3);
+        }
+        v0 ^= m;
+    }
+    for (int i = (int)n - 1; i >= 0; i--) {
+        t = t << 8 | in[i];
+    }
+    b |= t;
+    v3 ^= b;
+    for (r = 0; r < crounds; r++) {
+        SIP_ROUND(v0, v1, v2, v3);
+    }
+    v0 ^= b;
+    v2 ^= 0xff;
+    for (r = 0; r < drounds; r++) {
+        SIP_ROUND(v0, v1, v2, v3);
+    }
+    return (v0 ^ v1) ^ (v2 ^ v3);
 }

@@ -64,6 +64,28 @@ int pycds_fail(int code, const char *fmt, ...)
  * PYCDS_E_PYTHON (or PYCDS_E_NOMEM for MemoryError). */
 int pycds_fail_python(const char *what);
 
+/* Little-endian integers of the archive's header, buckets and entries. */
+static inline uint32_t
+pycds_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
+           | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t
+pycds_le64(const uint8_t *p)
+{
+    return (uint64_t)pycds_le32(p) | (uint64_t)pycds_le32(p + 4) << 32;
+}
+
+/* hash.c: pycds/_archive.py checksum(), pycds_keyed_hash with the key as
+ * _imp.source_hash takes it (63 bits). */
+static inline uint64_t
+pycds_checksum(const void *src, size_t n, uint64_t key)
+{
+    return pycds_keyed_hash(key & 0x7FFFFFFFFFFFFFFFULL, src, n);
+}
+
 /* io.c: read n bytes of fd at offset off into buf.  0; -1 with errno set
  * (EINTR retried); 1 where the file ends first. */
 int pycds_pread_all(int fd, void *buf, size_t n, uint64_t off);

@@ -39,82 +39,6 @@
  * directory, the source and the .pyc; a longer search declines. */
 #define MAX_PATHS 64
 
-/* ---- the keyed hash of _imp.source_hash --------------------------------- */
-
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define HALF_ROUND(a, b, c, d, s, t) \
-    do { a += b; c += d; b = ROTL(b, s) ^ a; d = ROTL(d, t) ^ c; \
-         a = ROTL(a, 32); } while (0)
-#define SIP_ROUND(v0, v1, v2, v3) \
-    do { HALF_ROUND(v0, v1, v2, v3, 13, 16); \
-         HALF_ROUND(v2, v1, v0, v3, 17, 21); } while (0)
-
-/* _Py_KeyedHash (Python/pyhash.c): SipHash with k0 = key, k1 = 0; 2-4 on
- * 3.10, 1-3 from 3.11 on.  Input words are read little-endian. */
-uint64_t
-pycds_keyed_hash(uint64_t key, const void *src, size_t n)
-{
-#if PY_VERSION_HEX < 0x030B0000
-    const int crounds = 2, drounds = 4;
-#else
-    const int crounds = 1, drounds = 3;
-#endif
-    const uint8_t *in = src;
-    uint64_t b = (uint64_t)n << 56;
-    uint64_t v0 = key ^ 0x736f6d6570736575ULL;
-    uint64_t v1 = 0 ^ 0x646f72616e646f6dULL;
-    uint64_t v2 = key ^ 0x6c7967656e657261ULL;
-    uint64_t v3 = 0 ^ 0x7465646279746573ULL;
-    uint64_t m, t = 0;
-    int r;
-
-    for (; n >= 8; n -= 8, in += 8) {
-        m = 0;
-        for (int i = 7; i >= 0; i--) {
-            m = m << 8 | in[i];
-        }
-        v3 ^= m;
-        for (r = 0; r < crounds; r++) {
-            SIP_ROUND(v0, v1, v2, v3);
-        }
-        v0 ^= m;
-    }
-    for (int i = (int)n - 1; i >= 0; i--) {
-        t = t << 8 | in[i];
-    }
-    b |= t;
-    v3 ^= b;
-    for (r = 0; r < crounds; r++) {
-        SIP_ROUND(v0, v1, v2, v3);
-    }
-    v0 ^= b;
-    v2 ^= 0xff;
-    for (r = 0; r < drounds; r++) {
-        SIP_ROUND(v0, v1, v2, v3);
-    }
-    return (v0 ^ v1) ^ (v2 ^ v3);
-}
-
-/* pycds/_archive.py checksum(): the key as _imp.source_hash takes it. */
-static uint64_t
-checksum(const void *src, size_t n, uint64_t key)
-{
-    return pycds_keyed_hash(key & 0x7FFFFFFFFFFFFFFFULL, src, n);
-}
-
-static uint32_t
-le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
-           | (uint32_t)p[3] << 24;
-}
-
-static uint64_t
-le64(const uint8_t *p)
-{
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
-
 /* ---- the entry -------------------------------------------------------- */
 
 /* pread all of [off, off + n), retrying EINTR, without the GIL; 0 or -1. */
@@ -146,7 +70,7 @@ read_entry(const pycds_index *ix, uint64_t off)
     if (read_at(ix->fd, head, (size_t)avail, ix->entries_off + off) < 0) {
         return NULL;
     }
-    length = le32(head);
+    length = pycds_le32(head);
     if (length < 12 || off + length > ix->entries_len) {
         return NULL;
     }
@@ -161,7 +85,7 @@ read_entry(const pycds_index *ix, uint64_t off)
             goto done;
         }
     }
-    if (checksum(rec + 12, (size_t)length - 12, ix->key) != le64(rec + 4)) {
+    if (pycds_checksum(rec + 12, (size_t)length - 12, ix->key) != pycds_le64(rec + 4)) {
         goto done;
     }
     obj = PyMarshal_ReadObjectFromString((const char *)rec + 12,
@@ -828,17 +752,21 @@ find(const pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
         rc = PYCDS_E_ARG;
         goto done;
     }
-    h = checksum(utf8, (size_t)len, NAME_KEY);
+    h = pycds_checksum(utf8, (size_t)len, NAME_KEY);
     i = h & mask;
     for (uint64_t probe = 0; probe < ix->nbuckets; probe++, i = (i + 1) & mask) {
         const uint8_t *b = ix->buckets + 8 * i;
-        uint32_t off = le32(b + 4);
+        uint32_t off = pycds_le32(b + 4);
         if (off == EMPTY_BUCKET) {
             rc = PYCDS_OK;       /* not in the archive */
             goto done;
         }
-        if (le32(b) != (uint32_t)(h >> 32)) {
+        if (pycds_le32(b) != (uint32_t)(h >> 32)) {
             continue;
+        }
+        if (ix->fd < 0) {
+            rc = PYCDS_FIND_NO_FILE;   /* a bucket has its tag: the caller opens */
+            goto done;
         }
         entry = read_entry(ix, off);
         if (entry == NULL) {
