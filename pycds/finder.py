@@ -34,7 +34,8 @@ from _frozen_importlib_external import (FileFinder, PathFinder, SourceFileLoader
 from _imp import _fix_co_filename
 
 from . import (_STOCK_LOADER_ATTRS, _STOCK_SEARCH, _STOCK_SEARCH_FUNCS, FILE_LOADERS,
-               _config, import_native, loader_patched, path_hooks_stock, search_replayable)
+               _config, import_native, is_hook_module, loader_patched, path_hooks_stock,
+               search_replayable)
 from ._config import MODE_AUTO
 from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
                      ArchiveFormatError, ForeignArchiveError, program_raised)
@@ -613,6 +614,8 @@ class CDSFinder:
                     if not archive.disabled:
                         _fallback(fullname, "imported while the archive opens")
                     return None
+                if is_hook_module(fullname):
+                    return None     # (never archived; the index reader is one)
                 entry, facts = archive.index.lookup(fullname), None
             elif facts is None:
                 entry = None

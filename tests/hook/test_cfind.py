@@ -4,10 +4,12 @@ facts for every path, and the same verdicts of pycds._pyc.check and
 pycds._search.find_spec whichever side took the facts."""
 
 import _imp
+import importlib.machinery
 import os
 import sys
 import time
 from _frozen_importlib_external import MAGIC_NUMBER
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -173,13 +175,45 @@ def pyc_header(kind, mtime, size, src_hash):
 
 def search_tree(tmp_path, data):
     """Two search directories, the second with a package ``pkg``; a drawn
-    name, ``mod`` or ``pkg``, and the origin of its module there."""
-    dirs = [tmp_path / "s0", tmp_path / "s1"]
+    name, ``mod`` or ``pkg``, and the origin of its module there (a fresh
+    tree for each example)."""
+    import tempfile
+    root = tempfile.mkdtemp(dir=tmp_path)
+    dirs = [Path(root, "s0"), Path(root, "s1")]
     for p in dirs:
         p.mkdir(exist_ok=True)
     (dirs[1] / "pkg").mkdir(exist_ok=True)
     name = data.draw(st.sampled_from(["mod", "pkg"]))
     return dirs, name, str(dirs[1] / ("mod.py" if name == "mod" else "pkg/__init__.py"))
+
+
+EXT = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def _write(path, text=""):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# Names a directory of the search may gain after the dump: what FileFinder
+# takes first (a module or package earlier on the path, an extension
+# beside the source, a package's extension __init__, a package in the
+# module's place), or passes over (a folder without __init__, a dangling
+# link, another name).  Each takes (dirs, name).
+EXTRAS = {
+    "earlier module": lambda d, n: _write(d[0] / f"{n}.py"),
+    "earlier package": lambda d, n: _write(d[0] / n / "__init__.py"),
+    "earlier extension": lambda d, n: _write(d[0] / f"{n}{EXT}"),
+    "earlier compiled": lambda d, n: _write(d[0] / f"{n}.pyc"),
+    "earlier namespace": lambda d, n: (d[0] / n).mkdir(exist_ok=True),
+    "earlier dangling link": lambda d, n: os.path.lexists(d[0] / f"{n}.py")
+    or os.symlink(d[0] / "nowhere.py", d[0] / f"{n}.py"),
+    "earlier other name": lambda d, n: _write(d[0] / "other.py"),
+    "extension beside": lambda d, n: _write(d[1] / f"{n}{EXT}"),
+    "init extension": lambda d, n: _write(d[1] / n / f"__init__{EXT}"),
+    "package in place": lambda d, n: _write(d[1] / n / "__init__.py"),
+    "other name beside": lambda d, n: _write(d[1] / "other.py"),
+}
 
 
 class TestVerdicts:
@@ -311,10 +345,11 @@ def timestamp_module(d, steps):
 
 class TestNativeVerdict:
     """pycds_index_hit's verdict against the Python path on the same
-    files: True only where pycds._search replays the search and
-    pycds._pyc.check finds the files unchanged (PYCDSCHECK=mtime) with the
-    .pyc ModuleSpec names; and True where nothing changed since the
-    record."""
+    files: True only where pycds._search finds the archived file (from the
+    stamps, or asking the directories whose stamp no longer holds, as
+    PathFinder would) and pycds._pyc.check finds the files unchanged
+    (PYCDSCHECK=mtime) with the .pyc ModuleSpec names; and True where no
+    file changed since the record, whatever the directories' stamps say."""
 
     @given(data=st.data())
     @SETTINGS
@@ -344,6 +379,12 @@ class TestNativeVerdict:
         steps = tuple((str(p), str(p), stamp(p)) for p in dirs)
         pkg_dir = str(dirs[1] / "pkg") if name == "pkg" else None
         search = (steps, pkg_dir, stamp(pkg_dir) if pkg_dir else None)
+        # Names put in the directories after the record: what FileFinder
+        # would take before the archived file, or would pass over.
+        for what in data.draw(st.lists(st.sampled_from(sorted(EXTRAS)), max_size=2,
+                                       unique=True)):
+            EXTRAS[what](dirs, name)
+            changed.append(what)
         e = entry(0, name, origin=origin, search=search,
                   pyc_path=draw(pyc, str(tmp_path / "other.pyc"), "pyc path"),
                   mtime_ns=draw(src_st.st_mtime_ns, src_st.st_mtime_ns + 1, "mtime"),
@@ -356,6 +397,8 @@ class TestNativeVerdict:
         path = [str(p) for p in dirs]
         try:
             with import_state(path=path):
+                # (Every directory's FileFinder in the path importer cache.)
+                assert importlib.machinery.PathFinder.find_spec("no_such_name") is None
                 before = _search.replayed
                 spec = _search.find_spec(name, None, None, origin, search)
                 replayed = _search.replayed - before == 1
@@ -365,12 +408,58 @@ class TestNativeVerdict:
         assert got[0] == e.to_tuple()
         assert got[3:5] == [_pyc.file_facts(origin), _pyc.file_facts(e.pyc_path)]
         verdict = got[5]
-        python = (replayed and spec.origin == origin
+        python = (spec is not None and spec.origin == origin
                   and _pyc.check(e, "mtime", spec.cached)[0] is None
                   and e.pyc_kind == _pyc.PYC_TIMESTAMP and spec.cached == e.pyc_path)
         assert verdict is python or (verdict is False and python), (verdict, python, changed)
         if not changed:
+            assert verdict is True and replayed
+        if set(changed) <= {"stamp"}:
             assert verdict is True
+
+    @pytest.mark.parametrize("name", ["mod", "pkg"])
+    @pytest.mark.parametrize("what", sorted(EXTRAS))
+    def test_a_directory_changed_since_the_record(self, tmp_path, name, what):
+        # Every file as recorded, every stamp taken at the record; then a
+        # directory of the search gains a name.  The verdict is plain
+        # import's answer, from the names there now (the Python path asks
+        # the changed directory's FileFinder).
+        from importlib.util import cache_from_source
+        dirs = [tmp_path / "s0", tmp_path / "s1"]
+        for p in dirs:
+            p.mkdir()
+        (dirs[1] / "pkg").mkdir()
+        origin = str(dirs[1] / ("mod.py" if name == "mod" else "pkg/__init__.py"))
+        with open(origin, "w") as f:
+            f.write("x = 1\n")
+        pyc = cache_from_source(origin)
+        os.makedirs(os.path.dirname(pyc))
+        src = os.stat(origin)
+        with open(pyc, "wb") as f:
+            f.write(pyc_header(_pyc.PYC_TIMESTAMP, src.st_mtime, src.st_size, b"") + b"c")
+        pyc_st = os.stat(pyc)
+        steps = tuple((str(p), str(p), _search._stamp(str(p))) for p in dirs)
+        pkg_dir = str(dirs[1] / "pkg") if name == "pkg" else None
+        search = (steps, pkg_dir, _search._stamp(pkg_dir) if pkg_dir else None)
+        EXTRAS[what](dirs, name)
+        e = entry(0, name, origin=origin, search=search, pyc_path=pyc,
+                  mtime_ns=src.st_mtime_ns, size=src.st_size, pyc_kind=_pyc.PYC_TIMESTAMP,
+                  pyc_mtime_ns=pyc_st.st_mtime_ns, pyc_size=pyc_st.st_size)
+        index = write_index(tmp_path / "a.img", [e])
+        try:
+            with import_state(path=[str(p) for p in dirs]):
+                # (Every directory's FileFinder in the path importer cache.)
+                assert importlib.machinery.PathFinder.find_spec("no_such_name") is None
+                spec = importlib.machinery.PathFinder.find_spec(name)
+                got = _nativeapi.IndexFinder(index, index.descriptor()).hit(name, None)
+        finally:
+            index.close()
+        plain = (spec is not None and spec.origin == origin
+                 and _pyc.check(e, "mtime", spec.cached)[0] is None)
+        assert got[-1] is plain, (what, spec and spec.origin)
+        if what in ("earlier namespace", "earlier dangling link", "earlier other name",
+                    "other name beside") or (what, name) == ("extension beside", "pkg"):
+            assert plain
 
     @pytest.mark.parametrize("change", ["none", "cwd entry", "pycache prefix",
                                         "finder of another directory", "no finder first",
@@ -580,6 +669,45 @@ def test_a_replayed_program_is_found_from_the_stamps(tmp_path):
     served = r.served()
     assert "appmod" in served and "json.decoder" in served, r
     assert r.out.split()[1:] == [str(len(served)), "False", "False"], r
+
+
+@pytest.mark.parametrize("gained", ["log.txt", "json.py", f"appmod{EXT}",
+                                    "appmod/__init__.py", "json/"])
+def test_a_directory_changed_since_the_dump_is_judged_natively(tmp_path, gained):
+    # The script's directory gains a name after the dump (a log, a shadow of
+    # an archived module, a folder without __init__): the native verdict
+    # judges each hit from the names there now, without asking the
+    # directory's FileFinder in Python; what plain import takes from there
+    # is what SHARE runs.
+    (tmp_path / "appmod.py").write_text("X = 'archived'\n")
+    (tmp_path / "prog.py").write_text(
+        "import sys\n"
+        "try:\n"
+        "    import appmod, json\n"
+        "    print(getattr(appmod, 'X', None), getattr(json, 'X', 'stdlib'))\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, e)\n"
+        "print('search in Python:', 'pycds._search' in sys.modules, file=sys.stderr)\n")
+    img = str(tmp_path / "arc" / "a.img")
+    os.mkdir(tmp_path / "arc")
+    assert run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+    target = tmp_path / gained
+    if gained.endswith("/"):
+        target.mkdir()
+    else:
+        target.parent.mkdir(exist_ok=True)
+        target.write_text("X = 'local'\n")
+    plain = run_python(["prog.py"], cwd=tmp_path)
+    r = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert (r.rc, r.out) == (plain.rc, plain.out) and r.rc == 0, (plain, r)
+    shadowed = {"json.py": "json", f"appmod{EXT}": "appmod",
+                "appmod/__init__.py": "appmod"}.get(gained)
+    if shadowed != "appmod":        # (an empty extension module fails)
+        assert ("json" in r.served()) == (shadowed != "json"), r
+    assert ("appmod" in r.served()) == (shadowed is None or shadowed == "json"), r
+    if shadowed is None:
+        assert "search in Python: False" in r.err, r
 
 
 def dumped_app(tmp_path, files, prog):

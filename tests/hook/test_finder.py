@@ -151,10 +151,10 @@ def test_served_modules_leave_little_behind(tmp_path):
     (paths, hashes, directory stamps: ~1.5 KiB a module, 0.74 MiB for
     numpy, flask and boto3, for the life of the process).  Counted by
     tracemalloc (on from start-up) as the growth of what pycds's own lines
-    allocated over 60 modules; plain import's loaders are about the size of
-    the loaders counted here, and the ``.pyc`` path ``spec.cached`` keeps
-    (~100 bytes; plain import's importlib makes the same string) comes from
-    the entry."""
+    allocated over 60 modules.  Counted with them, as the native verdict
+    builds each spec from the entry: the loader and the origin and ``.pyc``
+    paths the spec keeps (~600 bytes; plain import's importlib makes the
+    same objects)."""
     pkg = tmp_path / "kpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -170,4 +170,4 @@ def test_served_modules_leave_little_behind(tmp_path):
     assert share.rc == 0, share
     served, grew = map(int, share.out.split())
     assert served == 60, share
-    assert grew < 500 * served, (grew, served)
+    assert grew < 800 * served, (grew, served)

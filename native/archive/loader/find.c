@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -419,10 +420,171 @@ own_search_methods(PyObject *f)
     return own;
 }
 
+/* ---- a directory changed since the dump ------------------------------ */
+
+/* importlib's _path_join(dir, name): dir's trailing slashes dropped.  A new
+ * str, or NULL (exception set). */
+static PyObject *
+path_join(PyObject *dir, PyObject *name)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(dir);
+    while (n > 0 && PyUnicode_READ_CHAR(dir, n - 1) == '/') {
+        n--;
+    }
+    PyObject *head = PyUnicode_Substring(dir, 0, n);
+    if (head == NULL) {
+        return NULL;
+    }
+    PyObject *out = PyUnicode_FromFormat("%U/%U", head, name);
+    Py_DECREF(head);
+    return out;
+}
+
+/* Whether path (a str) is a regular file now, as importlib's _path_isfile
+ * (stat, following links): 1 or 0; -1 where it cannot be said. */
+static int
+is_file(PyObject *path)
+{
+    path_fact f;
+    int rc = -1;
+    if (add_path(&f, path, 0) == 0 && f.c != NULL) {
+        rc = stat(f.c, &f.st) == 0 && S_ISREG(f.st.st_mode);
+    }
+    Py_XDECREF(f.bytes);
+    return rc;
+}
+
+/* Whether path (a str) is a directory now (stat, following links): 1 or
+ * 0; -1 where it cannot be said. */
+static int
+is_dir(PyObject *path)
+{
+    path_fact f;
+    int rc = -1;
+    if (add_path(&f, path, 0) == 0 && f.c != NULL) {
+        rc = stat(f.c, &f.st) == 0 && S_ISDIR(f.st.st_mode);
+    }
+    Py_XDECREF(f.bytes);
+    return rc;
+}
+
+/* Whether the listing of directory dir can be read (os.listdir, which
+ * FileFinder._fill_cache takes as empty where it cannot): 1 or 0. */
+static int
+listable(PyObject *dir)
+{
+    path_fact f;
+    int ok = 0;
+    if (add_path(&f, dir, 0) == 0 && f.c != NULL) {
+        DIR *d = opendir(f.c);
+        if (d != NULL) {
+            closedir(d);
+            ok = 1;
+        }
+    }
+    Py_XDECREF(f.bytes);
+    return ok;
+}
+
+/* The file FileFinder(dir), with the stock (suffix, loader) list loaders,
+ * takes for tail now (FileFinder.find_spec, importlib/
+ * _bootstrap_external.py, 3.10-3.13): the first of tail/__init__<suffix>,
+ * then of tail<suffix>, suffixes in the loaders' order, that is a regular
+ * file; a directory tail without one is a namespace portion, which does
+ * not end PathFinder's search.  Each name is taken as listed where it is
+ * there (on Linux the listing is the directory's names; the caller checks
+ * that it can be read where a name must be listed).  A new str, Py_None
+ * (a new reference) where there is none, NULL where it cannot be said
+ * (no exception set). */
+static PyObject *
+first_file(PyObject *dir, PyObject *tail, PyObject *loaders)
+{
+    PyObject *base = path_join(dir, tail);
+    if (base == NULL || !PyList_CheckExact(loaders)) {
+        goto fail;
+    }
+    /* (No directory tail: no tail/__init__ file either.) */
+    int package = is_dir(base);
+    if (package < 0) {
+        goto fail;
+    }
+    for (int pass = !package; pass < 2; pass++) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(loaders); i++) {
+            PyObject *pair = PyList_GET_ITEM(loaders, i), *suffix, *name, *path;
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2
+                    || !PyUnicode_CheckExact(suffix = PyTuple_GET_ITEM(pair, 0))) {
+                goto fail;
+            }
+            name = pass == 0 ? PyUnicode_FromFormat("__init__%U", suffix)
+                             : PyUnicode_Concat(tail, suffix);
+            path = name == NULL ? NULL : path_join(pass == 0 ? base : dir, name);
+            Py_XDECREF(name);
+            if (path == NULL) {
+                goto fail;
+            }
+            int file = is_file(path);
+            if (file != 0) {
+                if (file < 0) {
+                    Py_DECREF(path);
+                    goto fail;
+                }
+                Py_DECREF(base);
+                return path;
+            }
+            Py_DECREF(path);
+        }
+    }
+    Py_DECREF(base);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(base);
+    PyErr_Clear();
+    return NULL;
+}
+
+/* Whether FileFinder(dir) answers for the module named name now as it did
+ * at the dump, where dir's stamp no longer says so: nothing there
+ * (origin NULL: a step before the module's), or origin itself, first of
+ * its candidates, in a directory whose listing can be read (the module's
+ * own step).  1 or 0 (any doubt). */
+static int
+answers_as_dumped(PyObject *dir, PyObject *name, PyObject *origin, PyObject *loaders)
+{
+    Py_ssize_t dot = PyUnicode_FindChar(name, '.', 0, PyUnicode_GET_LENGTH(name), -1);
+    PyObject *tail, *found;
+    int same;
+    if (dot == -2 || !PyUnicode_CheckExact(dir)) {
+        PyErr_Clear();
+        return 0;
+    }
+    tail = PyUnicode_Substring(name, dot + 1, PyUnicode_GET_LENGTH(name));
+    if (tail == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    found = first_file(dir, tail, loaders);
+    Py_DECREF(tail);
+    if (found == NULL) {
+        return 0;
+    }
+    if (origin == NULL) {
+        same = found == Py_None;
+    } else {
+        same = found != Py_None && PyUnicode_CheckExact(origin)
+               && PyUnicode_Compare(found, origin) == 0 && listable(dir);
+    }
+    Py_DECREF(found);
+    PyErr_Clear();
+    return same;
+}
+
 /* Whether the search recorded in entry replays on path (None: sys.path)
- * with every stamp as recorded: pycds._search.find_spec's walk when each
- * step ends in "unchanged since the dump", the last one building the spec
- * (the rules the Python side checks beside it: search_replayable()).
+ * with every directory answering as at the dump: its stamp as recorded
+ * (pycds._search.find_spec's walk when each step ends in "unchanged since
+ * the dump", the last one building the spec), or, where it changed or has
+ * no stamp, its names now (answers_as_dumped), which pycds._search would
+ * ask its FileFinder for (the rules the Python side checks beside it:
+ * search_replayable()).
  * A step's entry with no finder in sys.path_importer_cache yet is no
  * verdict, unless ctx says that the path hooks are importlib's own
  * (pycds.path_hooks_stock): they would make a FileFinder of the entry,
@@ -438,6 +600,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *loaders_attr = PyTuple_GET_ITEM(ctx, 3);
     PyObject *path_attr = PyTuple_GET_ITEM(ctx, 4);
     PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
+    PyObject *name = PyTuple_GET_ITEM(entry, ENTRY_NAME);
     PyObject *steps, *cache;
     int ok = 0;
     int stock_hooks = PyTuple_GET_ITEM(ctx, 5) == Py_True;
@@ -460,7 +623,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     for (Py_ssize_t i = 0; i < nsteps; i++) {
         PyObject *step = PyTuple_GET_ITEM(steps, i);
         PyObject *recorded = PyTuple_GET_ITEM(step, 0);
-        PyObject *now, *key, *finder;
+        PyObject *now, *key, *finder, *dir, *want;
         int same;
 
         if (i >= PyList_GET_SIZE(path)) {
@@ -476,14 +639,18 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
             goto done;
         }
         finder = PyDict_GetItemWithError(cache, key);     /* borrowed */
+        dir = PyTuple_GET_ITEM(step, 1);
+        /* (The module's own step: its file must be what the directory
+         * gives first.) */
+        want = i == nsteps - 1 ? PyTuple_GET_ITEM(entry, ENTRY_ORIGIN) : NULL;
         if (finder == NULL) {
             /* Not cached: PathFinder would run the path hooks here, in the
              * middle of its search.  Unless they are importlib's own, the
              * Python side searches as it does. */
-            PyObject *dir = PyTuple_GET_ITEM(step, 1);
             same = !PyErr_Occurred() && stock_hooks && PyUnicode_CheckExact(dir)
                    && PyUnicode_Compare(dir, key) == 0
-                   && stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2));
+                   && (stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
+                       || answers_as_dumped(dir, name, want, loaders));
             Py_DECREF(key);
             if (!same) {
                 goto done;
@@ -497,17 +664,21 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         Py_INCREF(finder);
         same = (PyObject *)Py_TYPE(finder) == file_finder
                && !own_search_methods(finder)
-               && stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
-               && attr_equals(finder, path_attr, PyTuple_GET_ITEM(step, 1)) == 1
-               && attr_equals(finder, loaders_attr, loaders) == 1;
+               && attr_equals(finder, path_attr, dir) == 1
+               && attr_equals(finder, loaders_attr, loaders) == 1
+               && (stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
+                   || answers_as_dumped(dir, name, want, loaders));
         Py_DECREF(finder);
         if (!same) {
             goto done;
         }
     }
-    /* The package's directory, when the module is a package. */
+    /* The package's directory, when the module is a package: its first
+     * __init__ file is the archived one. */
     ok = PyTuple_GET_ITEM(search, 1) == Py_None
-         || stamp_is(&facts[nsteps], PyTuple_GET_ITEM(search, 2));
+         || stamp_is(&facts[nsteps], PyTuple_GET_ITEM(search, 2))
+         || answers_as_dumped(PyTuple_GET_ITEM(PyTuple_GET_ITEM(steps, nsteps - 1), 1),
+                              name, PyTuple_GET_ITEM(entry, ENTRY_ORIGIN), loaders);
 done:
     Py_DECREF(path);
     Py_DECREF(cache);
