@@ -440,29 +440,16 @@ path_join(PyObject *dir, PyObject *name)
     return out;
 }
 
-/* Whether path (a str) is a regular file now, as importlib's _path_isfile
- * (stat, following links): 1 or 0; -1 where it cannot be said. */
+/* Whether path (a str) is of file type `type` (S_IFREG, S_IFDIR) now, as
+ * importlib's _path_is_mode_type (stat, following links): 1 or 0; -1
+ * where it cannot be said. */
 static int
-is_file(PyObject *path)
+is_type(PyObject *path, mode_t type)
 {
     path_fact f;
     int rc = -1;
     if (add_path(&f, path, 0) == 0 && f.c != NULL) {
-        rc = stat(f.c, &f.st) == 0 && S_ISREG(f.st.st_mode);
-    }
-    Py_XDECREF(f.bytes);
-    return rc;
-}
-
-/* Whether path (a str) is a directory now (stat, following links): 1 or
- * 0; -1 where it cannot be said. */
-static int
-is_dir(PyObject *path)
-{
-    path_fact f;
-    int rc = -1;
-    if (add_path(&f, path, 0) == 0 && f.c != NULL) {
-        rc = stat(f.c, &f.st) == 0 && S_ISDIR(f.st.st_mode);
+        rc = stat(f.c, &f.st) == 0 && (f.st.st_mode & S_IFMT) == type;
     }
     Py_XDECREF(f.bytes);
     return rc;
@@ -504,7 +491,7 @@ first_file(PyObject *dir, PyObject *tail, PyObject *loaders)
         goto fail;
     }
     /* (No directory tail: no tail/__init__ file either.) */
-    int package = is_dir(base);
+    int package = is_type(base, S_IFDIR);
     if (package < 0) {
         goto fail;
     }
@@ -522,7 +509,7 @@ first_file(PyObject *dir, PyObject *tail, PyObject *loaders)
             if (path == NULL) {
                 goto fail;
             }
-            int file = is_file(path);
+            int file = is_type(path, S_IFREG);
             if (file != 0) {
                 if (file < 0) {
                     Py_DECREF(path);
