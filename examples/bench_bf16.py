@@ -9,7 +9,8 @@ issues on as many threads (VDPBF16PS or FMA; benchmarks/bf16_peak.c, measured
 before and after the cases, the higher kept):
 
 * square GEMMs 256, 1024, 2048 -- fp32 inputs converted to BF16 inside the
-  timed region (``to_bf16`` + ``sbgemm``), B not packed;
+  timed region (``sbgemm`` on the fp32 activations, which it rounds to BF16,
+  plus ``to_bf16`` of the weights), B not packed;
 * ResNet-50 3x3 convolutions as im2col GEMMs, batch 1 (M = OH*OW,
   K = C*9, N = OC), weights packed once, activations converted in the loop;
 * small-batch inference, M = 1 and 8 rows x K = N = 4096, packed weights.
@@ -121,9 +122,11 @@ def make_case(label, m, k, n, packed, rng):
     """Return (run_numpy, run_sbgemm) closures for one GEMM shape.
 
     Both take fp32 activations ``a`` (M, K) and produce fp32 (M, N); numpy
-    multiplies by fp32 weights ``w`` (K, N), sbgemm converts ``a`` to BF16
-    in the timed call and uses ``w`` in BF16 -- packed once beforehand when
-    `packed` (weights at model load), else converted and packed per call.
+    multiplies by fp32 weights ``w`` (K, N), sbgemm rounds ``a`` to BF16
+    in the timed call (given fp32 ``a``: the FMA kernels while packing it,
+    the others with a conversion first) and uses ``w`` in BF16 -- packed
+    once beforehand when `packed` (weights at model load), else converted
+    and packed per call.
     """
     a = rng.standard_normal((m, k)).astype(np.float32)  # (M, K) activations
     w = rng.standard_normal((k, n)).astype(np.float32)  # (K, N) weights
@@ -131,10 +134,10 @@ def make_case(label, m, k, n, packed, rng):
         pw = gemm.pack(to_bf16(w))  # once, at model load
 
         def run_sb():
-            gemm.sbgemm(to_bf16(a), pw)
+            gemm.sbgemm(a, pw)  # fp32 a: rounded to BF16 in the call
     else:
         def run_sb():
-            gemm.sbgemm(to_bf16(a), to_bf16(w))
+            gemm.sbgemm(a, to_bf16(w))
 
     def run_np():
         np.matmul(a, w)

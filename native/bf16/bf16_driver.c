@@ -228,17 +228,24 @@ static void run_pair(void *(*fn)(void *), void *arg0, void *arg1,
 
 /* ---- conversion -------------------------------------------------------- */
 
-/* Scalar RNE/truncate, branch-free; NaN -> sign | 0x7FC0. */
+/* The BF16 bits of the fp32 bits u: RNE (bias_on 1) or truncation
+ * (bias_on 0), branch-free; NaN -> sign | 0x7FC0. */
+static inline uint16_t
+round_bits(uint32_t u, uint32_t bias_on)
+{
+    uint32_t mag = u & 0x7FFFFFFFu;
+    uint32_t r = (u + bias_on * (0x7FFFu + ((u >> 16) & 1u))) >> 16;
+    uint32_t nan = (u >> 16 & 0x8000u) | 0x7FC0u;
+    return (uint16_t)(mag > 0x7F800000u ? nan : r);
+}
+
 static void
 from_f32_scalar(const float *src, uint16_t *dst, int64_t n, uint32_t bias_on)
 {
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, src + i, sizeof(u));
-        uint32_t mag = u & 0x7FFFFFFFu;
-        uint32_t r = (u + bias_on * (0x7FFFu + ((u >> 16) & 1u))) >> 16;
-        uint32_t nan = (u >> 16 & 0x8000u) | 0x7FC0u;
-        dst[i] = (uint16_t)(mag > 0x7F800000u ? nan : r);
+        dst[i] = round_bits(u, bias_on);
     }
 }
 
@@ -758,15 +765,37 @@ widen_panel(const uint16_t *src, int64_t kc, int nr, int64_t kc8, float *dst)
     memset(dst + n, 0, (size_t)((kc8 - kc) * nr) * sizeof(float));
 }
 
+/* x rounded to BF16 (nearest even, NaN made quiet: bf16k_from_f32) and
+ * widened back: the fp32 value of to_bf16(x). */
+static inline float
+round_widen(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    return bf16k_widen(round_bits(u, 1u));
+}
+
+/* dst[0:8] = round_widen(src[0:8]). */
+static inline void
+round8(const float *src, float *dst)
+{
+    for (int q = 0; q < 8; q++) {
+        dst[q] = round_widen(src[q]);
+    }
+}
+
 /* pack_a for the fp32 kernels: rows [i0, i0+mc) x k values [k0, k0+kc) of
- * op(A), widened to fp32 by w8 (8 values at a time), into [tile][kc8 /
- * G][mr][G] (G = BF16K_F32_GROUP consecutive k values of a row),
- * zero-padded to whole tiles and up to kc8 (a multiple of G). */
+ * op(A) into [tile][kc8 / G][mr][G] (G = BF16K_F32_GROUP consecutive k
+ * values of a row), zero-padded to whole tiles and up to kc8 (a multiple
+ * of G).  A holds BF16 (a, widened by w8, 8 values at a time) or, with af
+ * not NULL, fp32 (af, rounded to BF16 and widened back by r8): the same
+ * packed values as bf16k_from_f32 then widening, in one pass. */
 static inline __attribute__((always_inline)) void
-pack_a_f32_body(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
-                int64_t cs, int64_t m_end, int64_t i0, int64_t mc, int64_t k0,
-                int64_t kc, int64_t kc8, float *dst,
-                void (*w8)(const uint16_t *, float *))
+pack_a_f32_body(const bf16k_kernel_desc *d, const uint16_t *a,
+                const float *af, int64_t rs, int64_t cs, int64_t m_end,
+                int64_t i0, int64_t mc, int64_t k0, int64_t kc, int64_t kc8,
+                float *dst, void (*w8)(const uint16_t *, float *),
+                void (*r8)(const float *, float *))
 {
     enum { G = BF16K_F32_GROUP };
     const int mr = d->mr;
@@ -779,14 +808,19 @@ pack_a_f32_body(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
             const int64_t kn = kc - pg;   /* valid k values of this group */
             for (int ii = 0; ii < mr; ii++) {
                 float *q = gd + ii * G;
+                const int64_t at = (r0 + ii) * rs + (k0 + pg) * cs;
                 if (ii < rows && cs == 1 && kn >= G) {
-                    w8(a + (r0 + ii) * rs + k0 + pg, q);
+                    if (af != NULL) {
+                        r8(af + at, q);
+                    } else {
+                        w8(a + at, q);
+                    }
                     continue;
                 }
                 for (int u = 0; u < G; u++) {
-                    const int64_t kk = k0 + pg + u;
-                    q[u] = ii < rows && u < kn
-                        ? bf16k_widen(a[(r0 + ii) * rs + kk * cs]) : 0.0f;
+                    q[u] = ii >= rows || u >= kn ? 0.0f
+                        : af != NULL ? round_widen(af[at + u * cs])
+                        : bf16k_widen(a[at + u * cs]);
                 }
             }
         }
@@ -794,14 +828,15 @@ pack_a_f32_body(const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs,
 }
 
 #define PACK_A_F32_PARAMS                                                   \
-    const bf16k_kernel_desc *d, const uint16_t *a, int64_t rs, int64_t cs,  \
-    int64_t m_end, int64_t i0, int64_t mc, int64_t k0, int64_t kc,          \
-    int64_t kc8, float *dst
+    const bf16k_kernel_desc *d, const uint16_t *a, const float *af,         \
+    int64_t rs, int64_t cs, int64_t m_end, int64_t i0, int64_t mc,          \
+    int64_t k0, int64_t kc, int64_t kc8, float *dst
+#define PACK_A_F32_ARGS d, a, af, rs, cs, m_end, i0, mc, k0, kc, kc8, dst
 
 static void
 pack_a_f32_base(PACK_A_F32_PARAMS)
 {
-    pack_a_f32_body(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst, widen8);
+    pack_a_f32_body(PACK_A_F32_ARGS, widen8, round8);
 }
 
 #if defined(__x86_64__)
@@ -815,11 +850,31 @@ widen8_avx2(const uint16_t *src, float *dst)
                         _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+/* round8 on ymm: round_bits' integer steps, then the low half cleared. */
+__attribute__((target("avx2"))) static inline void
+round8_avx2(const float *src, float *dst)
+{
+    const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)src);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16),
+                                         _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(
+        lsb, _mm256_set1_epi32(0x7FFF)));
+    r = _mm256_and_si256(r, _mm256_set1_epi32((int)0xFFFF0000u));
+    /* NaN (|u| > inf, as signed: both are non-negative): sign | 0x7FC0. */
+    const __m256i nan = _mm256_cmpgt_epi32(
+        _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+        _mm256_set1_epi32(0x7F800000));
+    const __m256i qnan = _mm256_or_si256(
+        _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)),
+        _mm256_set1_epi32(0x7FC00000));
+    _mm256_storeu_si256((__m256i *)(void *)dst,
+                        _mm256_blendv_epi8(r, qnan, nan));
+}
+
 __attribute__((target("avx2"))) static void
 pack_a_f32_avx2(PACK_A_F32_PARAMS)
 {
-    pack_a_f32_body(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst,
-                    widen8_avx2);
+    pack_a_f32_body(PACK_A_F32_ARGS, widen8_avx2, round8_avx2);
 }
 #endif
 
@@ -828,11 +883,11 @@ pack_a_f32(PACK_A_F32_PARAMS)
 {
 #if defined(__x86_64__)
     if (have_avx2) {
-        pack_a_f32_avx2(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst);
+        pack_a_f32_avx2(PACK_A_F32_ARGS);
         return;
     }
 #endif
-    pack_a_f32_base(d, a, rs, cs, m_end, i0, mc, k0, kc, kc8, dst);
+    pack_a_f32_base(PACK_A_F32_ARGS);
 }
 
 /* ---- threaded driver --------------------------------------------------- */
@@ -866,6 +921,7 @@ typedef struct {
     int64_t m, n, k;
     float alpha, beta;
     const uint16_t *a;
+    const float *af;        /* fp32 op(A) (a unused), fp32 kernels only */
     int64_t a_rs, a_cs;
     const uint16_t *bp;
     float *c;
@@ -1132,10 +1188,15 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     const bf16k_kernel_desc *d = g->d;
     const int mr = d->mr, nr = d->nr, ku = d->ku;
     const int64_t kunits = ceil_div(g->k, ku);
-    const int64_t mc_max = (int64_t)MC_TILES * mr;
     /* fp32 kernels: A and each B micro-panel widened (see the top); for
      * few rows, B read as BF16 by kern_f32_few. */
     const int f32 = d->kern_f32 != NULL;
+    int64_t mc_max = (int64_t)MC_TILES * mr;
+    if (f32 && m1 - m0 <= 2 * mc_max) {
+        /* Up to twice MC rows in one A block: each A block widens every B
+         * micro-panel again (M = 128 on avx2fma was 2 blocks). */
+        mc_max = ceil_div(m1 - m0, mr) * mr;
+    }
     /* Few rows (inference batches): B is streamed once from memory, so read
      * each panel front to back in one pass instead of in KC blocks. */
     const int few = m1 - m0 <= 2 * mr;
@@ -1214,8 +1275,8 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                 if (!(reusable && ap->valid && ap->m0 == m0
                       && ap->m1 == m1)) {
                     if (f32) {
-                        pack_a_f32(d, g->a, g->a_rs, g->a_cs, m1, ic, mc,
-                                   pc * ku, kcu, kc8,
+                        pack_a_f32(d, g->a, g->af, g->a_rs, g->a_cs, m1,
+                                   ic, mc, pc * ku, kcu, kc8,
                                    (float *)(void *)ap->buf + aoff);
                     } else {
                         pack_a(d, g->a, g->a_rs, g->a_cs, m1, g->k, ic, mc,
@@ -1640,7 +1701,9 @@ balanced_chunk(int64_t tiles, int64_t c0, int nt)
  * Rows are split when there are enough of them: each thread then packs
  * only its own rows of A and shares the packed B.  Few rows (inference
  * batches, or < 4 tiles per thread with many panels): the B panels are
- * split instead, so B crosses the memory bus once. */
+ * split instead, so B crosses the memory bus once.  The fp32 kernels split
+ * the panels whenever all rows make one A block (run_block): each row chunk
+ * would widen every B micro-panel again. */
 static int
 plan_chunks(gemm_t *g)
 {
@@ -1653,7 +1716,9 @@ plan_chunks(gemm_t *g)
         nt = 1;
     }
     g->split_n = tiles < 2 * (int64_t)nt
-        || (tiles < 4 * (int64_t)nt && panels >= 4 * (int64_t)nt);
+        || (tiles < 4 * (int64_t)nt && panels >= 4 * (int64_t)nt)
+        || (d->kern_f32 != NULL && tiles <= 2 * MC_TILES
+            && panels >= 4 * (int64_t)nt);
     if (nt == 1) {
         g->split_n = 0;
         g->chunk = g->m;        /* one chunk: the whole product */
@@ -1693,10 +1758,11 @@ bf16k_packed_layout(void)
     return d ? layout_id(d) : BF16K_E_NOKERNEL;
 }
 
-/* The checks and the threaded run shared by both entry points. */
+/* The checks and the threaded run shared by the entry points: op(A) is
+ * BF16 (a) or, for the fp32 kernels only, fp32 (af; a is NULL). */
 static int
 sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
-           const uint16_t *a, int64_t a_rs, int64_t a_cs,
+           const uint16_t *a, const float *af, int64_t a_rs, int64_t a_cs,
            const uint16_t *bp, int64_t bp_len, int layout,
            float beta, float *c, int64_t ldc, const epilogue_t *ep)
 {
@@ -1719,7 +1785,7 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
     /* The operands are checked also where they are not read (below): a
      * caller's wrong length is an error whatever alpha is. */
     if (packed_len(d, k, n) < 0 || bp_len < packed_len(d, k, n)
-            || (k > 0 && (a == NULL || bp == NULL))) {
+            || (k > 0 && ((a == NULL && af == NULL) || bp == NULL))) {
         return BF16K_E_ARG;
     }
     if (k == 0 || alpha == 0.0f) {
@@ -1737,6 +1803,7 @@ sbgemm_run(int64_t m, int64_t n, int64_t k, float alpha,
     g.alpha = alpha;
     g.beta = beta;
     g.a = a;
+    g.af = af;
     g.a_rs = a_rs;
     g.a_cs = a_cs;
     g.bp = bp;
@@ -1759,8 +1826,39 @@ bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
                     const uint16_t *bp, int64_t bp_len, int layout,
                     float beta, float *c, int64_t ldc)
 {
-    return sbgemm_run(m, n, k, alpha, a, a_rs, a_cs, bp, bp_len, layout,
-                      beta, c, ldc, NULL);
+    return sbgemm_run(m, n, k, alpha, a, NULL, a_rs, a_cs, bp, bp_len,
+                      layout, beta, c, ldc, NULL);
+}
+
+int
+bf16k_sbgemm_f32a(int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t a_rs, int64_t a_cs,
+                  const uint16_t *bp, int64_t bp_len, int layout,
+                  float beta, float *c, int64_t ldc)
+{
+    const bf16k_kernel_desc *d = get_desc();
+    if (d == NULL || d->kern_f32 != NULL || m <= 0 || n <= 0 || k <= 0
+            || alpha == 0.0f) {
+        /* fp32 kernels: A rounded while it is packed (or not read). */
+        return sbgemm_run(m, n, k, alpha, NULL, a, a_rs, a_cs, bp, bp_len,
+                          layout, beta, c, ldc, NULL);
+    }
+    /* BF16 kernels: A's stored span rounded first, with its strides. */
+    if (m < 0 || k < 0 || a_rs < 0 || a_cs < 0 || a == NULL) {
+        return BF16K_E_ARG;
+    }
+    const int64_t span = (m - 1) * a_rs + (k - 1) * a_cs + 1;
+    uint16_t *ab = malloc((size_t)span * sizeof(uint16_t));
+    if (ab == NULL) {
+        return BF16K_E_NOMEM;
+    }
+    int rc = bf16k_from_f32(a, ab, span, BF16K_ROUND_NEAREST);
+    if (rc == BF16K_OK) {
+        rc = sbgemm_run(m, n, k, alpha, ab, NULL, a_rs, a_cs, bp, bp_len,
+                        layout, beta, c, ldc, NULL);
+    }
+    free(ab);
+    return rc;
 }
 
 int
@@ -1775,8 +1873,8 @@ bf16k_sbgemm_fused(int64_t m, int64_t n, int64_t k, float alpha,
         return BF16K_E_ARG;
     }
     epilogue_t ep = {bias, res, ldr, act, out, ldo};
-    return sbgemm_run(m, n, k, alpha, a, a_rs, a_cs, bp, bp_len, layout,
-                      0.0f, NULL, 0, &ep);
+    return sbgemm_run(m, n, k, alpha, a, NULL, a_rs, a_cs, bp, bp_len,
+                      layout, 0.0f, NULL, 0, &ep);
 }
 
 /* ---- transformer row kernels: LayerNorm, attention ---------------------- */

@@ -205,6 +205,18 @@ int bf16k_sbgemm_packed(int64_t m, int64_t n, int64_t k, float alpha,
                         const uint16_t *bp, int64_t bp_len, int layout,
                         float beta, float *c, int64_t ldc);
 
+/* bf16k_sbgemm_packed with op(A) given in fp32 (element (i, kk) at
+ * a[i*a_rs + kk*a_cs], a_rs, a_cs >= 0) and rounded to BF16 first (nearest
+ * even, as bf16k_from_f32): the result is bit for bit that of converting A
+ * and calling bf16k_sbgemm_packed.  The fp32 kernels (avx2fma, avx512fma)
+ * round A while they pack it, in the same pass as the widening; the others
+ * convert A's stored span to a temporary BF16 copy (BF16K_E_NOMEM if it
+ * cannot be allocated). */
+int bf16k_sbgemm_f32a(int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t a_rs, int64_t a_cs,
+                      const uint16_t *bp, int64_t bp_len, int layout,
+                      float beta, float *c, int64_t ldc);
+
 /* out = BF16(act(alpha * op(A) @ op(B) + bias + res)), the post-ops
  * applied to each tile of the fp32 product while it is in cache (as
  * oneDNN's post-ops): bias (n floats) and res (m x n BF16 at

@@ -63,7 +63,7 @@ import warnings
 
 import numpy as np
 
-from pycds.bf16.convert import _is_bfloat16, _real_dtype, bf16_bits, to_float32
+from pycds.bf16.convert import _is_bfloat16, _real_dtype, bf16_bits, to_bf16, to_float32
 
 try:
     from pycds.bf16._kernels import ffi as _ffi, lib as _lib
@@ -290,8 +290,19 @@ def _native_pack(b, trans_b):
     return PackedB(k, n, name, data, nr, ku, layout_id)
 
 
-def _check_args(a, b, c, trans_a, trans_b):
-    a = _as_bf16_bits(a, "a")
+def _check_args(a, b, c, trans_a, trans_b, f32_a=False):
+    # f32_a: a float32 `a` is taken as is (sbgemm rounds it), else BF16 bits.
+    if f32_a:
+        a = np.asarray(a)
+        if a.dtype != np.float32 and a.dtype != np.uint16 and not _is_bfloat16(a.dtype):
+            raise ValueError("a must hold BF16 (uint16 bit patterns or "
+                             "ml_dtypes.bfloat16) or float32, got dtype "
+                             f"{a.dtype}")
+    if f32_a and a.dtype == np.float32:
+        if a.ndim != 2:
+            raise ValueError(f"a must be 2-D, got shape {a.shape}")
+    else:
+        a = _as_bf16_bits(a, "a")
     op_a = a.T if trans_a else a  # (M, K)
     m, k = op_a.shape
     if isinstance(b, PackedB):
@@ -327,8 +338,12 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
 
     Parameters
     ----------
-    a : ndarray of uint16 or ml_dtypes.bfloat16, shape (M, K), or (K, M) if `trans_a`
-        BF16 bit patterns.
+    a : ndarray of uint16, ml_dtypes.bfloat16 or float32, shape (M, K), or (K, M) if `trans_a`
+        BF16 bit patterns, or float32 values rounded to BF16 inside the call
+        (nearest even, as :func:`pycds.bf16.convert.to_bf16`; the result is
+        bit for bit that of ``sbgemm(to_bf16(a), ...)``).  The FMA kernels
+        round float32 A while they pack it, in one pass (no BF16 copy); the
+        others convert it first.
     b : ndarray of uint16 or ml_dtypes.bfloat16, shape (K, N), or (N, K) if `trans_b`; or PackedB
         BF16 bit patterns, or weights from :func:`pack`.
     c : ndarray of float32, shape (M, N), optional
@@ -371,21 +386,26 @@ def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     zero (Intel SDM ``VDPBF16PS``), which adds an absolute error below
     ``K * 2**-126 * max|operand|``; the FMA kernels keep subnormals.
     """
-    op_a, b, m, n, k = _check_args(a, b, c, trans_a, trans_b)
+    op_a, b, m, n, k = _check_args(a, b, c, trans_a, trans_b, f32_a=True)
     alpha = _fp32(alpha)
     beta = _fp32(beta)
     out = c if c is not None else np.empty((m, n), dtype=np.float32)
     if c is None:
         beta = 0.0
+    f32_a = op_a.dtype == np.float32
     if _kernel == "fallback":
+        if f32_a:
+            op_a = to_bf16(op_a)
         _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b)
         return out
     a_st, a_rs, a_cs, b = _native_operands(op_a, b, trans_a, trans_b)
     direct = out.flags.c_contiguous
     dst = out if direct else np.ascontiguousarray(out)  # (M, N)
-    _check(_lib.bf16k_sbgemm_packed(
+    run, a_type = ((_lib.bf16k_sbgemm_f32a, "const float *") if f32_a else
+                   (_lib.bf16k_sbgemm_packed, "const uint16_t *"))
+    _check(run(
         m, n, k, alpha,
-        _ffi.cast("const uint16_t *", _ffi.from_buffer(a_st)), a_rs, a_cs,
+        _ffi.cast(a_type, _ffi.from_buffer(a_st)), a_rs, a_cs,
         _ffi.cast("const uint16_t *", _ffi.from_buffer(b.data)), b.data.size,
         b._layout_id, beta,
         _ffi.cast("float *", _ffi.from_buffer(dst, require_writable=True)), n))

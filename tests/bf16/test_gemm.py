@@ -194,12 +194,16 @@ class TestSbgemmShapes:
     @pytest.mark.parametrize("m, n, k", [(300, 200, 700), (2000, 20, 500),
                                          (97, 33, 1025), (60, 300, 64),
                                          (30, 520, 34), (20, 1100, 1600),
-                                         (50, 100, 2200)])
+                                         (50, 100, 2200), (128, 149, 1100),
+                                         (240, 150, 300), (241, 150, 300),
+                                         (480, 130, 200)])
     def test_blocking_and_threads(self, kernel, m, n, k):
         # Covers: 2 threads split over M rows (A read in place when a thread
-        # feeds <= 8 B panels) or over N panels (few rows), packed A (odd K,
-        # or > 8 panels per thread), and several K blocks (KC is 512 for
-        # the FMA kernels, 2048 for the others).
+        # feeds <= 8 B panels) or over N panels (few rows; for the FMA
+        # kernels up to two A blocks of rows, 240 on avx2fma and 480 on
+        # avx512fma, packed as one block), packed A (odd K, or > 8 panels
+        # per thread), and several K blocks (KC is 512 for the FMA kernels,
+        # 2048 for the others).
         rng = np.random.default_rng(m + n + k)
         a, b = rand_bf16(rng, (m, k)), rand_bf16(rng, (k, n))
         c0 = rng.standard_normal((m, n)).astype(np.float32)
@@ -278,14 +282,101 @@ class TestSbgemmShapes:
             gemm._select_kernel(prev)
 
 
+class TestFloat32A:
+    """float32 A is rounded to BF16 inside sbgemm (the FMA kernels while
+    packing it): bit for bit ``sbgemm(to_bf16(a), ...)``."""
+
+    @staticmethod
+    def special_f32(rng, shape):
+        # Rounding ties both ways, values just off a tie, NaN (quiet and
+        # signalling, either sign), +-inf, overflow to inf, subnormals, -0.
+        u = rng.integers(0, 1 << 32, shape, dtype=np.uint64).astype(np.uint32)
+        # Magnitudes below 2**-95, and half of them raised to [2**-63, 1).
+        u &= np.uint32(0x8FFFFFFF)
+        u |= np.uint32(0x30000000) * rng.integers(0, 2, shape, dtype=np.uint32)
+        pick = rng.integers(0, 12, shape)
+        tie = (u & np.uint32(0xFFFF0000)) | np.uint32(0x8000)
+        u = np.where(pick == 0, tie, u)
+        u = np.where(pick == 1, tie + np.uint32(1), u)
+        u = np.where(pick == 2, tie - np.uint32(1), u)
+        specials = np.array([0x7FC00001, 0xFF800001, 0x7F800000, 0xFF800000,
+                             0x7F7FFFFF, 0x00000001, 0x807FFFFF, 0x80000000],
+                            dtype=np.uint32)
+        u = np.where(pick == 3, specials[rng.integers(0, 8, shape)], u)
+        return u.view(np.float32)
+
+    @pytest.mark.parametrize("m, n, k", [(1, 40, 300), (7, 17, 9), (13, 33, 1),
+                                         (25, 47, 255), (128, 149, 1100),
+                                         (300, 70, 520), (9, 1100, 64)])
+    @pytest.mark.parametrize("trans_a", [False, True])
+    @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # NaN, fallback
+    def test_bitwise_to_bf16_then_sbgemm(self, kernel, m, n, k, trans_a):
+        rng = np.random.default_rng(m * 7 + n * 3 + k)
+        a = self.special_f32(rng, (m, k))
+        b = rand_bf16(rng, (k, n), emax=4)
+        c0 = rng.standard_normal((m, n)).astype(np.float32)
+        stored = np.ascontiguousarray(a.T) if trans_a else a
+        for bb in (b, gemm.pack(b)):
+            want = gemm.sbgemm(to_bf16(stored), bb, c0.copy(), alpha=0.75,
+                               beta=-1.0, trans_a=trans_a)
+            got = gemm.sbgemm(stored, bb, c0.copy(), alpha=0.75, beta=-1.0,
+                              trans_a=trans_a)
+            np.testing.assert_array_equal(got.view(np.uint32),
+                                          want.view(np.uint32))
+
+    def test_against_float64_and_strided_a(self, kernel):
+        # Normal values: the rounded A times B within the sbgemm bound; A a
+        # strided view (every other column of a wider array).
+        rng = np.random.default_rng(3)
+        wide = rng.standard_normal((70, 2 * 333)).astype(np.float32)
+        a = wide[:, ::2]                                # (70, 333) strided
+        b = rand_bf16(rng, (333, 90), emax=4)
+        check(gemm.sbgemm(a, gemm.pack(b)), to_bf16(a), b, None, 1.0, 0.0)
+
+    def test_alpha_zero_and_empty(self, kernel):
+        a = np.full((4, 6), np.nan, np.float32)
+        b = rand_bf16(np.random.default_rng(4), (6, 5))
+        c = np.ones((4, 5), np.float32)
+        gemm.sbgemm(a, b, c, alpha=0.0, beta=2.0)       # A not read
+        assert np.all(c == 2.0)
+        assert gemm.sbgemm(np.zeros((0, 6), np.float32), b).shape == (0, 5)
+        assert np.all(gemm.sbgemm(np.zeros((4, 0), np.float32),
+                                  np.zeros((0, 5), np.uint16)) == 0.0)
+
+    def test_native_entry_point_errors(self, native_kernel):
+        # The C entry point checks its arguments as bf16k_sbgemm_packed does.
+        ffi, lib = gemm._ffi, gemm._lib
+        a = np.ones((3, 4), np.float32)
+        pb = gemm.pack(np.zeros((4, 5), np.uint16))
+        c = np.zeros((3, 5), np.float32)
+        ap = ffi.cast("const float *", ffi.from_buffer(a))
+        bp = ffi.cast("const uint16_t *", ffi.from_buffer(pb.data))
+        cp = ffi.cast("float *", ffi.from_buffer(c))
+        assert lib.bf16k_sbgemm_f32a(3, 5, 4, 1.0, ap, 4, 1, bp, pb.data.size,
+                                     pb._layout_id, 0.0, cp, 5) == 0
+        assert lib.bf16k_sbgemm_f32a(3, 5, 4, 1.0, ap, 4, 1, bp, 3,
+                                     pb._layout_id, 0.0, cp, 5) == -2
+        assert lib.bf16k_sbgemm_f32a(3, 5, 4, 1.0, ffi.NULL, 4, 1, bp,
+                                     pb.data.size, pb._layout_id, 0.0, cp,
+                                     5) == -2
+        assert lib.bf16k_sbgemm_f32a(3, 5, 4, 1.0, ap, 4, 1, bp, pb.data.size,
+                                     pb._layout_id + 1, 0.0, cp, 5) == -5
+
+
 class TestErrors:
     def test_shape_mismatch(self):
         with pytest.raises(ValueError, match="inner dimensions"):
             gemm.sbgemm(np.zeros((2, 3), np.uint16), np.zeros((4, 5), np.uint16))
 
     def test_dtype(self):
+        # float32 A is rounded (TestFloat32A); other floats are refused, and
+        # B must be BF16 whatever A is.
+        with pytest.raises(ValueError, match="or float32, got dtype float64"):
+            gemm.sbgemm(np.zeros((2, 3), np.float64), np.zeros((3, 5), np.uint16))
         with pytest.raises(ValueError, match="got dtype float32"):
-            gemm.sbgemm(np.zeros((2, 3), np.float32), np.zeros((3, 5), np.uint16))
+            gemm.sbgemm(np.zeros((2, 3), np.float32), np.zeros((3, 5), np.float32))
+        with pytest.raises(ValueError, match="2-D"):
+            gemm.sbgemm(np.zeros(3, np.float32), np.zeros((3, 5), np.uint16))
 
     def test_rank(self):
         with pytest.raises(ValueError, match="2-D"):
@@ -680,6 +771,8 @@ for where, (m, n, k), ta, tb in itertools.product(
     p = gemm.pack(b, trans_b=tb)
     p.data = place(p.data, where)
     close(gemm.sbgemm(a, p, trans_a=ta), ref, case + " sbgemm packed")
+    af = place(to_float32(a0.T if ta else a0), where)     # fp32 A, rounded
+    close(gemm.sbgemm(af, p, trans_a=ta), ref, case + " sbgemm fp32 A")
     bias = guarded((n,), np.float32, where)
     res = guarded((m, n), np.uint16, where)
     out = guarded((m, n), np.uint16, where)
