@@ -46,6 +46,8 @@
                              * is widened into a buffer (multiple of 8) */
 #define BUF_ALIGN 64        /* packing buffers: cache-line aligned */
 #define MC_TILES 20         /* MR tiles per A block */
+#define A_ALL_F32 (1 << 20)  /* fp32 kernels: floats of A kept across K
+                                * blocks (run_block's a_all) */
 #define WHOLE_B_F32 (1 << 16)  /* fp32 kernels: widen a B of at most this
                                 * many floats (256 KiB) once per call */
 /* Work chunks per thread, for dynamic balance.  Panel chunks each re-read
@@ -1201,6 +1203,11 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
      * each panel front to back in one pass instead of in KC blocks. */
     const int few = m1 - m0 <= 2 * mr;
     int64_t kcu_max = few ? kunits : (f32 ? KC_F32 : KC) / ku;
+    if (f32 && kunits <= KC_F32 + KC_F32 / 2) {
+        /* One block rather than two halves: each block widens every B
+         * micro-panel and adds into C again (3136 x 576 x 64: -5 %). */
+        kcu_max = kunits;
+    }
     /* Equal K blocks (no short tail block, which would pay a full C
      * read-modify-write for little work). */
     kcu_max = ceil_div(kunits, ceil_div(kunits, kcu_max));
@@ -1210,8 +1217,15 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
      * and inference-sized A (<= 2 tiles) is cheap to pack once per thread. */
     const int direct = d->direct_a && g->a_cs == 1 && g->k % ku == 0
         && p1 - p0 <= DIRECT_MAX_PANELS && m1 - m0 > 2 * mr;
+    /* fp32 kernels, panel chunks of one A block in several K blocks: the
+     * A of every K block is kept (A_ALL_F32 floats at most), so that each
+     * worker packs A once per call, not once per chunk (196 x 2304 x 256:
+     * 16 % of the time in pack_a_f32 with 4 chunks). */
+    const int64_t nblk = ceil_div(kunits, kcu_max);
+    const int a_all = f32 && g->split_n && nblk > 1 && m1 - m0 <= mc_max
+        && ceil_div(m1 - m0, mr) * mr * kunits <= A_ALL_F32;
     /* Packing identical for every chunk of this call: pack once. */
-    const int reusable = kcu_max == kunits && m1 - m0 <= mc_max;
+    const int reusable = (kcu_max == kunits || a_all) && m1 - m0 <= mc_max;
 
     /* fp32 kernels: the widened A block (arows x kc8max floats), then, at
      * a cache-line boundary, the widened B micro-panel (kc8max x nr; not
@@ -1226,6 +1240,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     const int whole_b = f32 && !few && !direct && !g->split_n
         && kcu_max == kunits && bsize <= WHOLE_B_F32;
     int64_t aoff = 0, boff = 0;     /* floats */
+    int64_t astride = 0;    /* a_all: floats from one K block's A to the next */
     if (!direct) {
         int64_t arows = m1 - m0 < mc_max ? ceil_div(m1 - m0, mr) * mr
                                          : mc_max;
@@ -1237,9 +1252,10 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                 aoff = ceil_div(bsize, line) * line;
                 need = (size_t)(aoff + asize) * 2;   /* floats as uint16 */
             } else {
-                boff = asize;
+                boff = asize * (a_all ? nblk : 1);
                 need = (size_t)(boff + (few ? 0 : kc8max) * nr) * 2;
             }
+            astride = a_all ? asize : 0;
         }
         int rc = apack_reserve(ap, need);
         if (rc != BF16K_OK) {
@@ -1263,6 +1279,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
         float beta = pc == 0 ? g->beta : 1.0f;
         const int last = pc + kcu >= kunits;
         const int64_t kc8 = ceil_div(kcu, BF16K_F32_GROUP) * BF16K_F32_GROUP;
+        const int64_t ablk_off = aoff + pc / kcu_max * astride;    /* floats */
         for (int64_t ic = m0; ic < m1; ic += mc_max) {
             int64_t mc = m1 - ic < mc_max ? m1 - ic : mc_max;
             const uint16_t *ablk;
@@ -1277,12 +1294,12 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                     if (f32) {
                         pack_a_f32(d, g->a, g->af, g->a_rs, g->a_cs, m1,
                                    ic, mc, pc * ku, kcu, kc8,
-                                   (float *)(void *)ap->buf + aoff);
+                                   (float *)(void *)ap->buf + ablk_off);
                     } else {
                         pack_a(d, g->a, g->a_rs, g->a_cs, m1, g->k, ic, mc,
                                pc * ku, kcu, ap->buf);
                     }
-                    ap->valid = reusable;
+                    ap->valid = reusable && last;   /* a_all: every block */
                     ap->m0 = m0;
                     ap->m1 = m1;
                 }
@@ -1296,7 +1313,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                 int ncols = (int)(g->n - col < nr ? g->n - col : nr);
                 if (f32 && few) {
                     const float *afl = (const float *)(const void *)ap->buf
-                        + aoff;
+                        + ablk_off;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         int rows = (int)(mc - ir < mr ? mc - ir : mr);
                         d->kern_f32_few(kcu, afl + (ir / mr) * kc8 * mr, bpan,
@@ -1307,7 +1324,7 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                     /* The micro-panel widened once for every MR tile (or,
                      * whole_b, once for the call). */
                     const float *afl = (const float *)(const void *)ap->buf
-                        + aoff;
+                        + ablk_off;
                     float *bfl = (float *)(void *)ap->buf
                         + (whole_b ? jp * kc8 * nr : boff);
                     if (!(whole_b && ap->bvalid)) {
