@@ -48,8 +48,8 @@
 #define MC_TILES 20         /* MR tiles per A block */
 #define A_ALL_F32 (1 << 20)  /* fp32 kernels: floats of A kept across K
                                 * blocks (run_block's a_all) */
-#define WHOLE_B_F32 (1 << 16)  /* fp32 kernels: widen a B of at most this
-                                * many floats (256 KiB) once per call */
+#define WHOLE_B_F32 (1 << 18)  /* fp32 kernels: widen a B of at most this
+                                * many floats (1 MiB) once per call */
 /* Work chunks per thread, for dynamic balance.  Panel chunks each re-read
  * all of A, so there are fewer of them. */
 #define ROW_CHUNKS_PER_THREAD 8
@@ -943,8 +943,9 @@ struct apack {
     size_t cap;             /* uint16 elements */
     int64_t m0, m1;         /* rows held when `valid` */
     int valid;
-    int bvalid;             /* fp32 kernels: all of this call's B is
-                             * widened at the start of buf (whole_b) */
+    int bvalid;             /* fp32 kernels: this call's B is widened at
+                             * the start of buf (whole_b) for K blocks
+                             * [0, bvalid) */
     float *cbuf;            /* fused calls: fp32 C of the current chunk;
                              * task jobs: their scratch */
     size_t ccap;            /* floats */
@@ -1229,16 +1230,18 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
 
     /* fp32 kernels: the widened A block (arows x kc8max floats), then, at
      * a cache-line boundary, the widened B micro-panel (kc8max x nr; not
-     * used for few rows, whose K block is all of K).  With one K block and
-     * a B of at most WHOLE_B_F32 floats, row chunks instead widen all of B
-     * once per call and worker, at the start of the buffer, and the A block
-     * follows: each chunk widening every micro-panel again took 16 % of a
-     * 256^3 product on two threads (avx2fma, 15 chunks). */
+     * used for few rows, whose K block is all of K).  With a B of at most
+     * WHOLE_B_F32 floats (every K block), row chunks instead widen all of
+     * B once per call and worker, at the start of the buffer ([K block]
+     * [panel][kc8max][nr]), and the A block follows: each chunk widening
+     * every micro-panel again took 16 % of a 256^3 product on two threads
+     * (avx2fma, 15 chunks), 3 % of 784 x 1152 x 128 (3 K blocks). */
     const int64_t kc8max = ceil_div(kcu_max, BF16K_F32_GROUP)
         * BF16K_F32_GROUP;
-    const int64_t bsize = ceil_div(g->n, nr) * kc8max * nr;   /* floats */
+    const int64_t panels = ceil_div(g->n, nr);
+    const int64_t bsize = nblk * panels * kc8max * nr;   /* floats */
     const int whole_b = f32 && !few && !direct && !g->split_n
-        && kcu_max == kunits && bsize <= WHOLE_B_F32;
+        && bsize <= WHOLE_B_F32;
     int64_t aoff = 0, boff = 0;     /* floats */
     int64_t astride = 0;    /* a_all: floats from one K block's A to the next */
     if (!direct) {
@@ -1326,8 +1329,9 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                     const float *afl = (const float *)(const void *)ap->buf
                         + ablk_off;
                     float *bfl = (float *)(void *)ap->buf
-                        + (whole_b ? jp * kc8 * nr : boff);
-                    if (!(whole_b && ap->bvalid)) {
+                        + (whole_b ? (pc / kcu_max * panels + jp) * kc8max
+                           * nr : boff);
+                    if (!(whole_b && ap->bvalid > pc / kcu_max)) {
                         widen_panel(bpan, kcu, nr, kc8, bfl);
                     }
                     for (int64_t ir = 0; ir < mc; ir += mr) {
@@ -1354,7 +1358,11 @@ run_block(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
             }
             /* whole_b: this row chunk has widened every panel (p0 = 0,
              * p1 = all: row chunks span all of them). */
-            ap->bvalid = whole_b;
+            if (!whole_b) {
+                ap->bvalid = 0;     /* buf's start now holds other data */
+            } else if (ap->bvalid <= pc / kcu_max) {
+                ap->bvalid = (int)(pc / kcu_max) + 1;
+            }
         }
     }
     return BF16K_OK;

@@ -196,14 +196,15 @@ class TestSbgemmShapes:
                                          (30, 520, 34), (20, 1100, 1600),
                                          (50, 100, 2200), (128, 149, 1100),
                                          (240, 150, 300), (241, 150, 300),
-                                         (480, 130, 200)])
+                                         (480, 130, 200), (400, 100, 1100)])
     def test_blocking_and_threads(self, kernel, m, n, k):
         # Covers: 2 threads split over M rows (A read in place when a thread
         # feeds <= 8 B panels) or over N panels (few rows; for the FMA
         # kernels up to two A blocks of rows, 240 on avx2fma and 480 on
         # avx512fma, packed as one block), packed A (odd K, or > 8 panels
         # per thread), and several K blocks (KC is 512 for the FMA kernels,
-        # 2048 for the others).
+        # 2048 for the others; a B of every K block widened once per
+        # worker: 400 x 100 x 1100).
         rng = np.random.default_rng(m + n + k)
         a, b = rand_bf16(rng, (m, k)), rand_bf16(rng, (k, n))
         c0 = rng.standard_normal((m, n)).astype(np.float32)
