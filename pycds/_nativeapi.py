@@ -103,6 +103,14 @@ class ArchiveFile:
             (lib.PYCDS_OPEN_CLOSE if out_of_the_way else 0)
         o = ffi.new("pycds_opened *")
         rc = lib.pycds_archive_read_index(_c_path(path), flags, o)
+        if rc == E_NOMEM:
+            # The meta block and bucket table are as long as the header says
+            # (up to the file's length): memory this process cannot give
+            # them is a reason not to use the archive in this run (one
+            # warning, plain import), not an error of the program's import,
+            # nor one to meet again at each of its imports.
+            raise ArchiveFormatError("unreadable (" + ffi.string(
+                lib.pycds_last_error()).decode("utf-8", "replace") + ")")
         if rc:
             raise _refused(rc)
         try:
