@@ -61,6 +61,12 @@ def _refused(rc):
     return ArchiveFormatError(detail)
 
 
+# Bytes of meta block and bucket table together beyond any a writer makes
+# (the meta is a few hundred bytes and the program's argv; the table 16 to
+# 32 bytes a module): a reader short of memory for more blames the file.
+_PART_BYTES = 256 << 20
+
+
 def _c_path(path):
     # A path as the C side takes it (os.open's rules: str, bytes, PathLike).
     b = os.fsencode(path)
@@ -103,12 +109,13 @@ class ArchiveFile:
             (lib.PYCDS_OPEN_CLOSE if out_of_the_way else 0)
         o = ffi.new("pycds_opened *")
         rc = lib.pycds_archive_read_index(_c_path(path), flags, o)
-        if rc == E_NOMEM:
+        if rc == E_NOMEM and o.meta_len + o.nbuckets * 8 > _PART_BYTES:
             # The meta block and bucket table are as long as the header says
-            # (up to the file's length): memory this process cannot give
-            # them is a reason not to use the archive in this run (one
-            # warning, plain import), not an error of the program's import,
-            # nor one to meet again at each of its imports.
+            # (up to the file's length), which no writer makes this long:
+            # the memory this process could not give them is the file's
+            # fault, a reason not to use it (one warning, plain import), not
+            # the program's state (MemoryError, which SHARE lets through and
+            # meets again at each import).
             raise ArchiveFormatError("unreadable (" + ffi.string(
                 lib.pycds_last_error()).decode("utf-8", "replace") + ")")
         if rc:
