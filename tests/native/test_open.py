@@ -244,3 +244,35 @@ def test_a_meta_block_too_large_for_memory_is_one_warning(tmp_path, good):
         r = run_python(args, cwd=str(tmp_path), PYCDSMODE="SHARE", PYCDSARCHIVE=archive)
         assert r.rc == 0 and r.out == "[1]\n", r
         assert len(r.warnings()) == 1 and "no memory for the meta" in r.warnings()[0], r
+
+
+def test_the_program_s_audit_hooks_see_no_opening_of_the_archive(tmp_path):
+    # Plain import opens no archive: a program's audit hook that reports
+    # every "open" (security monitoring does) sees none of it in a SHARE
+    # run either, neither at the opening (the native reader) nor where
+    # the first archived import opens the file again for the native
+    # handle.
+    from conftest import run_python
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import os, sys\n"
+        "arc = os.environ.get('PYCDSARCHIVE', '-')\n"
+        "def hook(event, args):\n"
+        "    if event == 'open' and args and os.fsdecode(args[0]) == arc:\n"
+        "        print('audit:', event, file=sys.stderr)\n"
+        "sys.addaudithook(hook)\n"
+        "try:\n"
+        "    import no_such_module\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "import json, email.message\n"
+        "print(json.dumps([1]))\n")
+    img = str(tmp_path / "a.img")
+    assert run_python([str(prog)], cwd=str(tmp_path), PYCDSMODE="DUMP",
+                      PYCDSARCHIVE=img).rc == 0
+    plain = run_python([str(prog)], cwd=str(tmp_path))
+    r = run_python([str(prog)], cwd=str(tmp_path), PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "[1]\n"), (plain, r)
+    assert "json" in r.served() and not r.warnings(), r
+    assert "audit:" not in r.err, r
