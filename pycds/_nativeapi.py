@@ -163,7 +163,8 @@ class ArchiveFile:
         does not raise either).  Where the path names another file by
         then (a dump renamed a new archive over it; nothing was read from
         this one yet), that archive is taken, checked as at first (its
-        header, meta and buckets replace these).  Raises
+        header, meta and buckets replace these); one that others could
+        have written since the opening is refused.  Raises
         :class:`ArchiveFormatError`."""
         if self.fd >= 0:
             return self.fd
@@ -171,7 +172,9 @@ class ArchiveFile:
             raise ArchiveFormatError("archive closed")
         self._reopen = False
         o = ffi.new("pycds_opened *")
-        if lib.pycds_archive_read_index(_c_path(self.path), 0, o) == 0:
+        # (Its trust checked again: made writable by others since the
+        # opening, it may hold anything by now.)
+        if lib.pycds_archive_read_index(_c_path(self.path), lib.PYCDS_OPEN_OWNER, o) == 0:
             lib.pycds_opened_free(o)
             if (o.st_dev, o.st_ino) == self._file_id:
                 self.fd, self._owned = o.fd, True

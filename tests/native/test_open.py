@@ -276,3 +276,37 @@ def test_the_program_s_audit_hooks_see_no_opening_of_the_archive(tmp_path):
     assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "[1]\n"), (plain, r)
     assert "json" in r.served() and not r.warnings(), r
     assert "audit:" not in r.err, r
+
+
+@pytest.mark.parametrize("change", ["file", "directory"])
+def test_an_archive_others_could_write_since_the_opening_is_refused(tmp_path, change):
+    # Made writable by others (the file, or its directory without the
+    # sticky bit) between the opening and the first archived import, the
+    # archive may hold anything by the time the native handle opens it
+    # again: refused then (one warning, plain import), as at the opening.
+    from conftest import run_python
+    d = tmp_path / "arc"
+    d.mkdir()
+    img = str(d / "a.img")
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import os, sys\n"
+        "try:\n"
+        "    import no_such_module\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "if len(sys.argv) > 1:\n"
+        "    os.chmod(sys.argv[1], 0o666 if sys.argv[1].endswith('.img') else 0o777)\n"
+        "import json, email.message\n"
+        "print(json.dumps([1]))\n")
+    assert run_python([str(prog)], cwd=str(tmp_path), PYCDSMODE="DUMP",
+                      PYCDSARCHIVE=img).rc == 0
+    r = run_python([str(prog)], cwd=str(tmp_path), PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.out == "[1]\n" and "json" in r.served(), r
+    r = run_python([str(prog), img if change == "file" else str(d)], cwd=str(tmp_path),
+                   PYCDSMODE="SHARE", PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.out == "[1]\n" and r.served() == [], r
+    assert len(r.warnings()) == 1, r
+    assert ("writable by group or others" if change == "file"
+            else "is writable by others") in r.warnings()[0], r
