@@ -160,9 +160,10 @@ class ArchiveFile:
         """The descriptor to read through; the first call of a file opened
         ``out_of_the_way`` opens it again, with the native reader (no
         "open" audit event for the program's hooks, which plain import
-        does not raise either).  Where the path names another file by
-        then (a dump renamed a new archive over it; nothing was read from
-        this one yet), that archive is taken, checked as at first (its
+        does not raise either).  Where the path names another archive by
+        then (a dump renamed a new archive over it, or one was copied over
+        it in place; nothing was read from this one yet), that archive is
+        taken, checked as at first (its
         header, meta and buckets replace these); one that others could
         have written since the opening is refused.  Raises
         :class:`ArchiveFormatError`."""
@@ -176,7 +177,11 @@ class ArchiveFile:
         # opening, it may hold anything by now.)
         if lib.pycds_archive_read_index(_c_path(self.path), lib.PYCDS_OPEN_OWNER, o) == 0:
             lib.pycds_opened_free(o)
-            if (o.st_dev, o.st_ino) == self._file_id:
+            # (The same file, still the archive read at the opening: not
+            # one copied over it in place since.)
+            if (o.st_dev, o.st_ino) == self._file_id \
+                    and o.archive_id == self.header.archive_id \
+                    and o.file_len == self.header.file_len:
                 self.fd, self._owned = o.fd, True
                 return o.fd
             os.close(o.fd)

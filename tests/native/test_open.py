@@ -310,3 +310,42 @@ def test_an_archive_others_could_write_since_the_opening_is_refused(tmp_path, ch
     assert len(r.warnings()) == 1, r
     assert ("writable by group or others" if change == "file"
             else "is writable by others") in r.warnings()[0], r
+
+
+def test_an_archive_copied_over_in_place_before_the_first_hit_is_taken(tmp_path):
+    # `cp new.img archive.img` between the opening and the first archived
+    # import keeps the inode but not the archive the opening read: the
+    # archive there now is taken (as one renamed over it is), not read
+    # with the first one's index (which would take it for damage).
+    from conftest import run_python
+    img, other = str(tmp_path / "a.img"), str(tmp_path / "b.img")
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import os, sys\n"
+        "try:\n"
+        "    import no_such_module\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "if len(sys.argv) > 1:\n"
+        "    src = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "    dst = os.open(os.environ['PYCDSARCHIVE'], os.O_WRONLY | os.O_TRUNC)\n"
+        "    while True:\n"
+        "        b = os.read(src, 1 << 20)\n"
+        "        if not b:\n"
+        "            break\n"
+        "        os.write(dst, b)\n"
+        "    os.close(src)\n"
+        "    os.close(dst)\n"
+        "import mymod, json, email.message\n"
+        "print(json.dumps([1]))\n")
+    # (The first archive holds nothing pycds's opening imports, re say:
+    # the program's first import it holds, mymod, is after the copy.)
+    (tmp_path / "mymod.py").write_text("X = 1\n")
+    assert run_python(["-c", "import mymod"], cwd=str(tmp_path), PYCDSMODE="DUMP",
+                      PYCDSARCHIVE=img).rc == 0
+    assert run_python([str(prog)], cwd=str(tmp_path), PYCDSMODE="DUMP",
+                      PYCDSARCHIVE=other).rc == 0
+    r = run_python([str(prog), other], cwd=str(tmp_path), PYCDSMODE="SHARE",
+                   PYCDSARCHIVE=img, PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.out == "[1]\n" and not r.warnings(), r
+    assert "json" in r.served() and "email.message" in r.served(), r
