@@ -206,6 +206,17 @@ class TestTrust:
         assert stat.S_ISREG(os.stat(path).st_mode)
 
 
+# The start of a program whose first import (of a module no archive holds)
+# opens the archive, and which then, given an argument, does to it what
+# follows (indented) before its first archived import.
+OPENED_THEN = ("import os, sys\n"
+               "try:\n"
+               "    import no_such_module    # (the opening: the archive is read)\n"
+               "except ImportError:\n"
+               "    pass\n"
+               "if len(sys.argv) > 1:\n")
+
+
 def test_a_meta_block_too_large_for_memory_is_one_warning(tmp_path, good):
     # A header (its checksum made anew) whose meta block spans a sparse
     # terabyte: the reader cannot allocate it.  That archive is refused
@@ -226,12 +237,7 @@ def test_a_meta_block_too_large_for_memory_is_one_warning(tmp_path, good):
         N.ArchiveFile(path, out_of_the_way=True)
     ok = _write(tmp_path, good, name="ok.img")
     prog = tmp_path / "prog.py"
-    prog.write_text("import os, sys\n"
-                    "try:\n"
-                    "    import no_such_module    # (the opening: the archive is read)\n"
-                    "except ImportError:\n"
-                    "    pass\n"
-                    "if len(sys.argv) > 1:\n"
+    prog.write_text(OPENED_THEN +
                     "    os.replace(sys.argv[1], os.environ['PYCDSARCHIVE'])\n"
                     "import json, csv, decimal\n"
                     "print(json.dumps([1]))\n")
@@ -290,12 +296,7 @@ def test_an_archive_others_could_write_since_the_opening_is_refused(tmp_path, ch
     img = str(d / "a.img")
     prog = tmp_path / "prog.py"
     prog.write_text(
-        "import os, sys\n"
-        "try:\n"
-        "    import no_such_module\n"
-        "except ImportError:\n"
-        "    pass\n"
-        "if len(sys.argv) > 1:\n"
+        OPENED_THEN +
         "    os.chmod(sys.argv[1], 0o666 if sys.argv[1].endswith('.img') else 0o777)\n"
         "import json, email.message\n"
         "print(json.dumps([1]))\n")
@@ -321,12 +322,7 @@ def test_an_archive_copied_over_in_place_before_the_first_hit_is_taken(tmp_path)
     img, other = str(tmp_path / "a.img"), str(tmp_path / "b.img")
     prog = tmp_path / "prog.py"
     prog.write_text(
-        "import os, sys\n"
-        "try:\n"
-        "    import no_such_module\n"
-        "except ImportError:\n"
-        "    pass\n"
-        "if len(sys.argv) > 1:\n"
+        OPENED_THEN +
         "    src = os.open(sys.argv[1], os.O_RDONLY)\n"
         "    dst = os.open(os.environ['PYCDSARCHIVE'], os.O_WRONLY | os.O_TRUNC)\n"
         "    while True:\n"
