@@ -297,7 +297,11 @@ def main(argv=None):
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        status = main()
+        # A pipe's stdout is block-buffered: its first write is often this
+        # flush, which must fail here and not in the interpreter's exit.
+        sys.stdout.flush()
+        sys.exit(status)
     except BrokenPipeError:
         # `python -m pycds info app.img | head`: the reader left; say
         # nothing more (and keep the interpreter's final flush quiet).

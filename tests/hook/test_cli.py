@@ -323,8 +323,11 @@ class TestCliIntegrity:
     def test_info_into_a_closed_pipe_is_quiet(self, tmp_path):
         img = make_archive(tmp_path)
         # the reader (say, `| head`) is gone before the first line is written
+        # (clean_env: no PYTHONUNBUFFERED, so stdout is block-buffered and
+        # the write that finds the pipe closed is the flush at exit.)
         p = subprocess.Popen([sys.executable, "-m", "pycds", "info", img],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                             env=clean_env())
         p.stdout.close()
         err = p.stderr.read().decode()
         p.wait(timeout=60)
