@@ -33,6 +33,14 @@ def pycds_installed_pth():
     return None
 
 
+# Modules site imports at start-up after the .pth files ran (pycds.pth
+# among them): a sitecustomize or usercustomize of the interpreter's, as
+# Debian's python3 has.  DUMP and AUTO runs archive them like any import
+# (SHARE imports them plainly, before it opens its archive).
+STARTUP_CUSTOMIZE = frozenset(m for m in ("sitecustomize", "usercustomize")
+                              if m in sys.modules)
+
+
 def clean_env(**extra):
     """The environment for a child interpreter: no PYCDS*/PYTHON* leaking in;
     ``PYCDSVERBOSE=0`` unless ``extra`` says otherwise (None: unset).

@@ -338,9 +338,12 @@ for _w in ("dead", "loop", "tuple"):
 _t = [n for n in (1, 2, 3) if n in (2, 3)]
 '''
 
+# As many as give about three pages of tails (~1.6 KB each): 40 with pages
+# of 4 or 16 KiB, 120 with 64 KiB.
+NSMALL = max(40, 3 * PAGE // 1600)
 SMALL_USE = '''import sys, pycds
-import ''' + ", ".join(f"small{i}" for i in range(40)) + '''
-mods = [sys.modules[f"small{i}"] for i in range(40)]
+import ''' + ", ".join(f"small{i}" for i in range(NSMALL)) + '''
+mods = [sys.modules[f"small{i}"] for i in range(''' + str(NSMALL) + ''')]
 print([(getattr(m, f"f{i}")(), getattr(m, f"C{i}").__slots__,
         getattr(m, f"C{i}")().m(), getattr(m, f"KEEP{i}")) for i, m in enumerate(mods)])
 print("released", pycds.stats()["released_bytes"], file=sys.stderr)
@@ -352,7 +355,7 @@ def test_small_tails_go_back_together(tmp_path):
     # Tails of a few hundred bytes each: no page of their own, but packed
     # together (loader.c) they fill pages, and the constant tuples that stay
     # alive sit before the tails (writer.c) instead of pinning their pages.
-    for i in range(40):
+    for i in range(NSMALL):
         (tmp_path / f"small{i}.py").write_text(SMALL.format(i=i))
     (tmp_path / "use.py").write_text(SMALL_USE)
     img = str(tmp_path / "s.img")
@@ -360,7 +363,7 @@ def test_small_tails_go_back_together(tmp_path):
     assert share.rc == 0 and share.out == plain.out, share
     from pycds import _archive
     index = _archive.Index.open(img)
-    tails = [index.lookup(f"small{i}") for i in range(40)]
+    tails = [index.lookup(f"small{i}") for i in range(NSMALL)]
     tail_bytes = sum(e.chunk_len - e.root_off for e in tails)
     assert max(e.chunk_len - e.root_off for e in tails) < 4096
     if 2 * PAGE > tail_bytes:
