@@ -25,6 +25,11 @@
 #     PYCDS_ARM64_WHEELS=OUTDIR          copy the aarch64 wheel out to OUTDIR
 # Emulated, everything runs 5-20x slower than native: the first run takes
 # a few minutes to make the chroot plus a few to build pycds there.
+# The venv gets the test extras of pyproject.toml as wheels (numpy, flask,
+# boto3, safetensors, ...: tests/hook/test_demo.py and test_realapp.py run
+# them).  The chroot's directory is bind-mounted on itself for the run, so
+# that its / is a mount point: tests that make a read-only bind mount in a
+# namespace of their own (`unshare -m --propagation private`) need that.
 #
 # Exit status: 0 pass, 1 check failed, 2 setup failed, 77 cannot run here
 # (not root, no binfmt_misc, qemu-user-static or debootstrap missing and not
@@ -109,12 +114,26 @@ for ca in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; d
     fi
 done
 
-# /proc inside (the writer reads /proc/self/fd); unmounted again at exit
-# if this run mounted it.
+# The chroot's / a mount point of its own, private: tests make read-only
+# bind mounts in a mount namespace of theirs (`unshare -m --propagation
+# private`), which fails with EINVAL where / is no mount point.  /proc
+# inside (the writer reads /proc/self/fd).  Both unmounted again at exit if
+# this run mounted them.
 MOUNTED=
-cleanup() { [ -z "$MOUNTED" ] || umount "$ROOT/proc" 2>/dev/null || true; }
+BOUND=
+cleanup() {
+    [ -z "$MOUNTED" ] || umount "$ROOT/proc" 2>/dev/null || true
+    [ -z "$BOUND" ] || umount "$ROOT" 2>/dev/null || umount -l "$ROOT" 2>/dev/null || true
+}
 trap cleanup EXIT
 trap 'exit 1' INT TERM
+if ! mountpoint -q "$ROOT"; then
+    if mount --bind "$ROOT" "$ROOT" && mount --make-private "$ROOT"; then
+        BOUND=1
+    else
+        say "cannot bind-mount $ROOT on itself: tests that need a read-only bind mount will fail"
+    fi
+fi
 if ! mountpoint -q "$ROOT/proc"; then
     mount -t proc proc "$ROOT/proc" || die 2 "cannot mount proc in $ROOT"
     MOUNTED=1
@@ -153,6 +172,14 @@ if ! in_chroot "$PY" -c 'import cffi, pytest, hypothesis, setuptools, wheel' 2>/
     in_chroot "$PY" -m pip install -q --only-binary=:all: numpy \
         || say "numpy: no aarch64 wheel, going on without it"
     in_chroot "$PY" -m pip install -q flask || say "flask did not install, going on without it"
+fi
+# The rest of the test extras (pyproject.toml's [test]: the examples that
+# tests/hook/test_demo.py and test_realapp.py run), as wheels only.
+if ! in_chroot "$PY" -c 'import boto3, ml_dtypes, safetensors, tokenizers' 2>/dev/null; then
+    say "installing boto3, ml_dtypes, safetensors, tokenizers (wheels only)"
+    in_chroot "$PY" -m pip install -q --only-binary=:all: "boto3>=1.26" "ml_dtypes>=0.3" \
+        "safetensors>=0.4" "tokenizers>=0.15" \
+        || say "the test extras did not install: test_demo.py and test_realapp.py will fail"
 fi
 # Optional: auditwheel tags the wheel manylinux (patchelf: its helper).
 if ! in_chroot "$PY" -c 'import auditwheel' 2>/dev/null; then
