@@ -41,6 +41,24 @@ STARTUP_CUSTOMIZE = frozenset(m for m in ("sitecustomize", "usercustomize")
                               if m in sys.modules)
 
 
+def without_dac_bypass(cmd):
+    """``cmd`` (an argv list) as run by a process that cannot bypass file
+    permissions: for root, under ``setpriv``, which drops CAP_DAC_OVERRIDE
+    and CAP_DAC_READ_SEARCH from the bounding set.  Skips where the system
+    cannot drop capabilities at all (qemu-user, running the emulated arm64
+    chroot, fails the calls: "activate capabilities: Bad address")."""
+    if os.getuid() != 0:
+        return cmd
+    import shutil
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to drop root's DAC bypass"
+    drop = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    probe = subprocess.run(drop + ["true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"this system cannot drop capabilities: {probe.stderr.strip()}")
+    return drop + cmd
+
+
 def clean_env(**extra):
     """The environment for a child interpreter: no PYCDS*/PYTHON* leaking in;
     ``PYCDSVERBOSE=0`` unless ``extra`` says otherwise (None: unset).

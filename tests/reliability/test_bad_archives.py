@@ -9,13 +9,12 @@ chunks and relocation entries), so the lazy per-module checks are reached.
 
 import marshal
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import Run, clean_env, run_python
+from conftest import Run, clean_env, run_python, without_dac_bypass
 from _rel import archive_dir, base_archive, dump, fuzz_archive, refused, share  # noqa: F401
 
 from pycds import _archive
@@ -173,23 +172,11 @@ class TestPermissions:
         (Running as another user is not possible here: the interpreter
         lives under /root, which is 0700.)"""
         work, _, data, plain, _ = base_archive
-        setpriv = shutil.which("setpriv")
         path = _write(archive_dir / "u.img", data, 0o000)
-        if os.getuid() != 0:
-            r = share(work, path)
-        else:
-            assert setpriv, "setpriv (util-linux) is needed to drop root's DAC bypass"
-            drop = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
-            probe = subprocess.run(drop + ["true"], capture_output=True, text=True)
-            if probe.returncode != 0:
-                # (qemu-user, running an emulated arm64 chroot, fails the
-                # capability calls: "activate capabilities: Bad address".)
-                pytest.skip(f"this system cannot drop capabilities: {probe.stderr.strip()}")
-            proc = subprocess.run(
-                drop + [sys.executable, "prog.py"], cwd=work, capture_output=True,
-                text=True, timeout=120,
-                env=clean_env(PYCDSMODE="SHARE", PYCDSARCHIVE=path))
-            r = Run(proc)
+        proc = subprocess.run(
+            without_dac_bypass([sys.executable, "prog.py"]), cwd=work, capture_output=True,
+            text=True, timeout=120, env=clean_env(PYCDSMODE="SHARE", PYCDSARCHIVE=path))
+        r = Run(proc)
         assert "Permission denied" in refused(r, plain, path)
 
 

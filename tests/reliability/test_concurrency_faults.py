@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import Run, clean_env, run_python
+from conftest import Run, clean_env, run_python, without_dac_bypass
 
 REAL = textwrap.dedent("""
     import json, email.parser, http.client, numpy, decimal, argparse
@@ -204,9 +204,7 @@ class TestKilledAndFailedDumps:
         ro = tmp_path / "ro"
         ro.mkdir()
         os.chmod(ro, 0o555)
-        cmd = [sys.executable, "real.py"]
-        if os.getuid() == 0:
-            cmd = [shutil.which("setpriv"), "--bounding-set=-dac_override,-dac_read_search"] + cmd
+        cmd = without_dac_bypass([sys.executable, "real.py"])
         proc = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=120,
                               env=clean_env(PYCDSMODE="DUMP", PYCDSARCHIVE=str(ro / "a.img")))
         r = Run(proc)
