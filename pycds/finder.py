@@ -235,16 +235,13 @@ class _Archive:
         return (self.finder, PathFinder, _STOCK_SEARCH,
                 _STOCK_LOADER_ATTRS + _STOCK_SEARCH_FUNCS)
 
-    def disable(self, reason, quiet=False, damaged=False):
+    def disable(self, reason, damaged=False):
         # ``damaged``: the file is (the warning says what to do about it).
         if not self.disabled:
             self.disabled = True
             self.damaged = damaged
             self.file.close()    # its own descriptor, if it holds one
-            if quiet:
-                if _verbose:
-                    _say(f"archive {self.path} not used: {reason}", 1)
-            elif damaged:
+            if damaged:
                 from ._advice import refusal
                 _warn(f"archive {self.path} ignored: "
                       f"{refusal(self.path, ArchiveFormatError(reason), _auto)}")

@@ -315,6 +315,14 @@ parse_header(const uint8_t *b, uint64_t file_len, int check_version, pycds_opene
     return PYCDS_OK;
 }
 
+/* A read or stat of the archive failed with err: os.pread's OSError as
+ * the Python reader said it, "unreadable ([Errno N] text)". */
+static int
+unreadable(int err)
+{
+    return pycds_fail(PYCDS_E_IO, "unreadable ([Errno %d] %s)", err, strerror(err));
+}
+
 /* len bytes at off, checked against sum (keyed by the archive's id), into
  * a new buffer *out; what = the part's name in the messages. */
 static int
@@ -330,7 +338,7 @@ read_part(int fd, uint64_t off, uint64_t len, uint64_t key, uint64_t sum,
     if (r < 0) {
         int err = errno;
         free(buf);
-        return pycds_fail(PYCDS_E_IO, "unreadable ([Errno %d] %s)", err, strerror(err));
+        return unreadable(err);
     }
     /* (Shorter than the header says: the file shrank since.) */
     if (r > 0 || pycds_checksum(buf, (size_t)len, key) != sum) {
@@ -370,7 +378,7 @@ pycds_archive_read_index(const char *path, int flags, pycds_opened *o)
     if (fstat(fd, &st) != 0) {
         int err = errno;
         close(fd);
-        return pycds_fail(PYCDS_E_IO, "unreadable ([Errno %d] %s)", err, strerror(err));
+        return unreadable(err);
     }
     if (!S_ISREG(st.st_mode)) {
         rc = pycds_fail(PYCDS_E_CORRUPT, "not a regular file");
@@ -387,7 +395,7 @@ pycds_archive_read_index(const char *path, int flags, pycds_opened *o)
     }
     int r = pycds_pread_all(fd, head, HEADER_SIZE, 0);
     if (r != 0) {
-        rc = r < 0 ? pycds_fail(PYCDS_E_IO, "unreadable ([Errno %d] %s)", errno, strerror(errno))
+        rc = r < 0 ? unreadable(errno)
                    : pycds_fail(PYCDS_E_CORRUPT, "file is shorter than a header");
         goto fail;
     }
