@@ -38,11 +38,17 @@ if ffi.string(lib.pycds_build_version()).decode() != __version__:
         f"{__version__}; reinstall pycds", name="pycds._native")
 
 
+def error(rc, what):
+    """The NativeError of status ``rc`` (PYCDS_E_*) of the native call that
+    just failed on this thread, its message ``what: reason: detail``."""
+    reason = ffi.string(lib.pycds_strerror(rc)).decode()
+    detail = ffi.string(lib.pycds_last_error()).decode("utf-8", "replace")
+    return NativeError(f"{what}: {reason}: {detail}", code=rc)
+
+
 def _check(rc, what):
     if rc != 0:
-        reason = ffi.string(lib.pycds_strerror(rc)).decode()
-        detail = ffi.string(lib.pycds_last_error()).decode("utf-8", "replace")
-        raise NativeError(f"{what}: {reason}: {detail}", code=rc)
+        raise error(rc, what)
 
 
 def hash64(data, seed=0):
@@ -253,7 +259,7 @@ class NativeArchive:
 
     def load(self, entry):
         """Return the code object of ``entry`` (its ``number`` and ``name``:
-        a pycds._archive.ModuleEntry, or the finder's _ChunkRef).
+        a pycds._archive.ModuleEntry, or the finder's ArchivedCode).
         Raises NativeError if the chunk is corrupt or fails its fix-ups."""
         number = entry.number
         if type(number) is not int or not 0 <= number < 1 << 32:
@@ -283,6 +289,10 @@ class NativeArchive:
         n = ffi.new("uint64_t *")
         _check(lib.pycds_archive_prefetched(self._a, n), "prefetched")
         return n[0]
+
+    def serve_with(self, server):
+        """Let ``server`` (:func:`serve`) load modules through this handle."""
+        _check(lib.pycds_serve_use(id(server), self._a), "serve")
 
     def close(self):
         """Release the handle (refused once a module was loaded)."""
@@ -323,12 +333,21 @@ class IndexFinder:
 
     def use(self, fd):
         """Read through descriptor ``fd`` from now on, the index as it is now
-        (ArchiveFile.descriptor() may have taken another file's)."""
+        (ArchiveFile.descriptor() may have taken another file's).  The
+        struct is updated in place: a server (:func:`serve`) holds it."""
         h = self._file.header
-        self._buckets = ffi.from_buffer(self._file.buckets)   # kept alive here
-        self._ix = ffi.new("pycds_index *", {
-            "fd": fd, "entries_off": h.entries_off, "entries_len": h.entries_len,
-            "buckets": self._buckets, "nbuckets": h.nbuckets, "key": h.archive_id})
+        buckets = ffi.from_buffer(self._file.buckets)
+        ix = getattr(self, "_ix", None)
+        if ix is None:
+            self._ix = ix = ffi.new("pycds_index *")
+        # (Another thread's lookup may run between these lines: with no
+        # buckets and no descriptor it declines until the last two.)
+        ix.nbuckets, ix.fd = 0, -1
+        ix.entries_off, ix.entries_len, ix.key = h.entries_off, h.entries_len, h.archive_id
+        ix.buckets = buckets
+        self._buckets = buckets      # kept alive here
+        ix.nbuckets = h.nbuckets
+        ix.fd = fd
 
     def find(self, name):
         """``[entry tuple, stamps of the search's steps, package directory's
@@ -366,6 +385,25 @@ class IndexFinder:
         if rc == lib.PYCDS_FIND_NO_FILE and self._open_file is not None and self._open_file():
             rc = self._hit(self._ix, id(name), id(path), id(ctx), id(out))
         return False if rc else out or None
+
+
+def serve(objects, index):
+    """``(server, ArchivedCode type)``: the served hit in C
+    (native/archive/loader/serve.c) over ``index`` (an
+    :class:`IndexFinder`), made of the Python objects of tuple ``objects``
+    (see serve.c's pycds_serve_new).  Raises NativeError if they do not
+    fit."""
+    out = []
+    _check(lib.pycds_serve_new(id(objects), index._ix, id(out)), "serve")
+    return out[0], out[1]
+
+
+def serve_counters():
+    """``(served, searches replayed, bytes served, load ns, bytes released)``
+    of the hits served in C in this process."""
+    c = ffi.new("uint64_t[5]")
+    lib.pycds_serve_counters(c)
+    return tuple(c)
 
 
 def keyed_hash(key, data):

@@ -23,6 +23,11 @@ the archive's format pycds._archive's.  Imports only builtins and importlib
 importlib.machinery re-exports).  The native module is loaded on the first
 archive hit; pycds._search and pycds._pyc where a hit is judged in Python
 (a changed directory, a moved tree, a program's path hook, PYCDSCHECK=hash).
+
+Where the native verdict may serve, the hit itself runs in C: the finder's
+own ``find_spec`` is its server's (native/archive/loader/serve.c), which
+builds the spec and loads the code as this module does, and hands every
+other case to :meth:`CDSFinder.find_spec` here.
 """
 
 import _thread
@@ -138,6 +143,14 @@ def stats():
     search = sys.modules.get(__package__ + "._search")
     if search is not None:
         out["searches_replayed"] += search.replayed
+    N = sys.modules.get(__package__ + "._nativeapi")
+    if N is not None:
+        served, replayed, nbytes, ns, released = N.serve_counters()
+        out["served"] += served
+        out["searches_replayed"] += replayed
+        out["bytes_loaded"] += nbytes
+        out["load_ms"] += ns / 1e6
+        out["released_bytes"] += released
     return out
 
 
@@ -161,8 +174,10 @@ class _Archive:
         self.damaged = False    # disabled for damage found in the file
         self._N = None          # pycds._nativeapi
         self._native = None     # the native handle, once opened
-        self.fast = None        # the native hit path
+        self._fast = None       # the native hit path
         self._index = None
+        self.server = None      # the served hit in C (start)
+        self.code_type = None   # its ArchivedCode type
         self._open_lock = _thread.allocate_lock()   # held while opening the handle
         self._opener = None     # thread id while it opens the handle
         self._open_waited_out = False   # an import gave up waiting for that
@@ -177,11 +192,38 @@ class _Archive:
             self._index = Index(self.file)
         return self._index
 
+    @property
+    def fast(self):
+        """The native hit path (a pycds._nativeapi.IndexFinder)."""
+        return self._fast
+
+    @fast.setter
+    def fast(self, fast):
+        # Another hit path (a test's): the server's, over the first, stops.
+        self._fast = fast
+        if self.server is not None:
+            self.server.stop()
+
     def start(self, N):
-        """The native hit path over the file, with ``N`` (pycds._nativeapi)."""
+        """The native hit path over the file, with ``N`` (pycds._nativeapi),
+        and its server (native/archive/loader/serve.c), whose find_spec
+        becomes the finder's own where a native verdict may serve."""
         self._N = N
-        self.fast = N.IndexFinder(self.file, -1, self.check != "unchecked",
-                                  self._serving(), self.open_handle)
+        fast = self._fast = N.IndexFinder(self.file, -1, self.check != "unchecked",
+                                          self._serving(), self.open_handle)
+        finder = self.finder
+        serving = finder is not None and self.check == "mtime" and fast.serving \
+            and not _verbose
+        # (The finder's Python find_spec, for what the server does not serve.)
+        slow = CDSFinder.find_spec.__get__(finder) if finder is not None else None
+        self.server, self.code_type = N.serve(
+            (ArchivedCode, slow, slow,
+             self.release_finished, self.ran, missed, fast._ctx,
+             SourceFileLoader, spec_from_file_location, _PlainReduce, _fix_co_filename,
+             self, serving, self.check != "unchecked", bool(self.release_mode), not _verbose),
+            fast)
+        if serving:
+            finder.find_spec = self.server.find_spec
 
     def open_handle(self):
         """Open the native handle, on the file's descriptor (moved out of
@@ -213,7 +255,8 @@ class _Archive:
                         self.release_mode, file.meta.get("version_counter"))
                     # One descriptor on the archive, out of the program's way.
                     file.adopt(native.fd)
-                    self.fast.use(native.fd)
+                    self._fast.use(native.fd)
+                    native.serve_with(self.server)
                     self._native = native
                 except Exception as e:
                     if isinstance(e, PROGRAM_STATE_ERRORS):
@@ -240,6 +283,8 @@ class _Archive:
         if not self.disabled:
             self.disabled = True
             self.damaged = damaged
+            if self.server is not None:
+                self.server.stop()
             self.file.close()    # its own descriptor, if it holds one
             if damaged:
                 from ._advice import refusal
@@ -249,8 +294,8 @@ class _Archive:
                 _warn(f"archive {self.path} ignored: {reason}")
 
     def load_code(self, entry):
-        """The archived code object of ``entry`` (a :class:`_ChunkRef` or
-        an index entry), or None (after a warning or a fallback line) when
+        """The archived code object of ``entry`` (an :class:`ArchivedCode`
+        or an index entry), or None (after a warning or a fallback line) when
         it cannot be used."""
         if self.disabled:
             return None
@@ -261,27 +306,32 @@ class _Archive:
         except Exception as e:
             if program_raised(e):
                 raise
-            code = getattr(e, "code", 0)
-            if code == E_STATE:
-                # Failed before (said then), or being loaded
-                # by a stage 2 that ran Python code (native/archive/loader/archive.h).
-                _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
-            elif code in (E_NOMEM, E_PYTHON):
-                # This process, not the file.
-                _fallback(entry.name, f"archive entry unusable ({e})")
-            elif self.file.fd_lost():
-                # (The index reads through the native side's descriptor.)
-                self.disable(_LOST_FD)
-            else:
-                # PYCDS_E_CORRUPT, PYCDS_E_IO, PYCDS_E_ARG (an index entry
-                # out of range) or a malformed entry: the file is damaged or
-                # was replaced; trust none of it from now on (modules already
-                # loaded passed their checks and stay).
-                self.disable(str(e), damaged=True)
+            self.load_failed(entry, e)
             return None
         _counters["load_ms"] += (time.perf_counter() - t0) * 1e3
         _counters["bytes_loaded"] += entry.chunk_len
         return code
+
+    def load_failed(self, entry, e):
+        """What loading ``entry`` failing with ``e`` (not the program's)
+        means: a fallback line for this module, or the archive disabled."""
+        code = getattr(e, "code", 0)
+        if code == E_STATE:
+            # Failed before (said then), or being loaded
+            # by a stage 2 that ran Python code (native/archive/loader/archive.h).
+            _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
+        elif code in (E_NOMEM, E_PYTHON):
+            # This process, not the file.
+            _fallback(entry.name, f"archive entry unusable ({e})")
+        elif self.file.fd_lost():
+            # (The index reads through the native side's descriptor.)
+            self.disable(_LOST_FD)
+        else:
+            # PYCDS_E_CORRUPT, PYCDS_E_IO, PYCDS_E_ARG (an index entry
+            # out of range) or a malformed entry: the file is damaged or
+            # was replaced; trust none of it from now on (modules already
+            # loaded passed their checks and stay).
+            self.disable(str(e), damaged=True)
 
     def release_finished(self):
         """Give back what only the bodies of modules that have run used
@@ -316,23 +366,6 @@ class _Archive:
                     _say(f"release {entry.name}: {e}", 2)
 
 
-class _ChunkRef:
-    """What a loader keeps of an index entry once ``find_spec`` has checked
-    it: the module's name, number and chunk length, and the source's
-    ``st_mtime_ns`` and size as ``find_spec`` found them (not the whole
-    entry, with its paths, hashes and directory stamps, held by every
-    served module's loader for the life of the process)."""
-
-    __slots__ = ("name", "number", "chunk_len", "mtime_ns", "size")
-
-    def __init__(self, name, number, chunk_len, mtime_ns, size):
-        self.name = name
-        self.number = number
-        self.chunk_len = chunk_len
-        self.mtime_ns = mtime_ns
-        self.size = size
-
-
 class ArchivedCode:
     """The ``get_code`` of a served module's loader, until the module's code
     is handed out.
@@ -353,18 +386,22 @@ class ArchivedCode:
     (a later ``get_code`` reads the ``.pyc``, as with plain import).  If the
     archived code cannot be loaded, the stock ``get_code`` runs."""
 
-    __slots__ = ("loader", "entry", "archive")
+    # Instances are of the type native/archive/loader/serve.c makes with this
+    # class as its base (_Archive.code_type): ``loader``, ``archive``,
+    # ``name``, ``number`` and ``chunk_len`` of the module's index entry,
+    # the source's ``mtime_ns`` and ``size`` as find_spec found them (not
+    # the whole entry, held by every served module's loader for the life
+    # of the process), and ``entry``, the object itself, for
+    # _Archive.load_code.  Its call is C: this class's _call_py where any
+    # of its conditions does not hold.
+    __slots__ = ()
 
-    def __init__(self, loader, entry, archive):
-        self.loader = loader
-        self.entry = entry
-        self.archive = archive
-
-    @classmethod
-    def install(cls, loader, entry, archive):
+    @staticmethod
+    def install(loader, archive, name, number, chunk_len, mtime_ns, size):
         d = loader.__dict__
-        d["get_code"] = cls(loader, entry, archive)
-        d["__reduce_ex__"] = _PlainReduce(loader.name, loader.path)
+        d["get_code"] = archive.code_type(archive.server, loader, name, number, chunk_len,
+                                          mtime_ns, size)
+        d["__reduce_ex__"] = _PlainReduce((loader.name, loader.path))
 
     def __reduce__(self):
         # (Pickled on its own: the stock get_code of a plain loader.)
@@ -377,14 +414,20 @@ class ArchivedCode:
     def __eq__(self, other):
         if not isinstance(other, ArchivedCode):
             return NotImplemented
-        return (self.archive is other.archive and self.entry.number == other.entry.number
+        return (self.archive is other.archive and self.number == other.number
                 and self.loader.name == other.loader.name
                 and self.loader.path == other.loader.path)
 
     def __hash__(self):
-        return hash((self.entry.number, self.loader.name))
+        return hash((self.number, self.loader.name))
 
-    def __call__(self, fullname):
+    def _failed(self, fullname, rc):
+        # The C call's load failed with status rc: as _Archive.load_code.
+        archive = self.archive
+        archive.load_failed(self, archive._N.error(rc, f"load {self.name}"))
+        return SourceFileLoader.get_code(self.loader, fullname)
+
+    def _call_py(self, fullname):
         loader = self.loader
         if fullname != loader.name:
             return SourceFileLoader.get_code(loader, fullname)
@@ -401,7 +444,7 @@ class ArchivedCode:
             _fallback(fullname, "SourceFileLoader is patched")
             return SourceFileLoader.get_code(loader, fullname)
         archive = self.archive
-        ref = self.entry
+        ref = self
         # importlib runs exec_module with the module in sys.modules, its
         # spec marked _initializing (_load_unlocked, _exec; 3.10-3.13).
         spec = getattr(sys.modules.get(fullname), "__spec__", None)
@@ -429,27 +472,16 @@ class ArchivedCode:
         return code
 
 
-class _PlainReduce:
+class _PlainReduce(tuple):
     """The ``__reduce_ex__`` of a served module's loader until its code is
     handed out (see :class:`ArchivedCode`): that of a plain loader for the
-    same file."""
+    same file, ``(name, path)``.  (A tuple: made without running Python
+    code, compared by value.)"""
 
-    __slots__ = ("name", "path")
-
-    def __init__(self, name, path):
-        self.name = name
-        self.path = path
+    __slots__ = ()
 
     def __call__(self, protocol):
-        return SourceFileLoader(self.name, self.path).__reduce_ex__(protocol)
-
-    def __eq__(self, other):
-        if not isinstance(other, _PlainReduce):
-            return NotImplemented
-        return self.name == other.name and self.path == other.path
-
-    def __hash__(self):
-        return hash((self.name, self.path))
+        return SourceFileLoader(self[0], self[1]).__reduce_ex__(protocol)
 
 
 def served_loader(loader):
@@ -584,55 +616,62 @@ class CDSFinder:
 
     # Start of importlib.abc.MetaPathFinder interface
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname, path=None, target=None, _hit=None):
+        # Where a native verdict may serve, the finder's own find_spec is
+        # its server's (native/archive/loader/serve.c), which calls this
+        # where it does not serve, with ``_hit``, its native hit's facts
+        # (the list without the verdict), where it has them.
         archive = self.archive
         ran = archive.ran
         if ran and not getattr(ran[-1][1], "_initializing", False):
             archive.release_finished()
         if archive.disabled:
             return None
-        try:
-            # Once the native module is loaded, the lookup and the stats the
-            # checks below take are made in one native call; what they mean
-            # is judged here and in pycds._search and pycds._pyc, as for
-            # facts Python took (native/archive/loader/find.c).
-            fast = archive.fast
-            verdict = False
-            if archive.check == "mtime":
-                facts = fast.hit(fullname, path)
-                if facts:
-                    verdict = facts.pop()
-            else:
-                facts = fast.find(fullname)
-            if facts is False:
-                if archive._native is None:
-                    # (Not opened: by this thread now, or by another, or it
-                    # failed, said then.)
-                    if not archive.disabled:
-                        _fallback(fullname, "imported while the archive opens")
-                    return None
-                if is_hook_module(fullname):
-                    return None     # (never archived; the index reader is one)
-                entry, facts = archive.index.lookup(fullname), None
-            elif facts is None:
-                entry = None
-            elif verdict and fast.serving:
-                # (served from the entry's tuple, below: the native verdict
-                # checked the import system's parts too.  Without `serving`,
-                # under -vv, searches are never replayed: judged below.)
-                entry = None
-            else:
-                # (The entry's tuple, made a ModuleEntry below where a hit is
-                # judged in Python.)
-                entry, verdict = facts[0], False
-        except Exception as e:
-            if program_raised(e):
-                raise
-            if archive.file.fd_lost():
-                archive.disable(_LOST_FD)
-            else:
-                archive.disable(f"index unreadable ({e})", damaged=True)
-            return None
+        if _hit is not None:
+            entry, facts, verdict = _hit[0], _hit, False
+        else:
+            try:
+                # Once the native module is loaded, the lookup and the stats the
+                # checks below take are made in one native call; what they mean
+                # is judged here and in pycds._search and pycds._pyc, as for
+                # facts Python took (native/archive/loader/find.c).
+                fast = archive.fast
+                verdict = False
+                if archive.check == "mtime":
+                    facts = fast.hit(fullname, path)
+                    if facts:
+                        verdict = facts.pop()
+                else:
+                    facts = fast.find(fullname)
+                if facts is False:
+                    if archive._native is None:
+                        # (Not opened: by this thread now, or by another, or it
+                        # failed, said then.)
+                        if not archive.disabled:
+                            _fallback(fullname, "imported while the archive opens")
+                        return None
+                    if is_hook_module(fullname):
+                        return None     # (never archived; the index reader is one)
+                    entry, facts = archive.index.lookup(fullname), None
+                elif facts is None:
+                    entry = None
+                elif verdict and fast.serving:
+                    # (served from the entry's tuple, below: the native verdict
+                    # checked the import system's parts too.  Without `serving`,
+                    # under -vv, searches are never replayed: judged below.)
+                    entry = None
+                else:
+                    # (The entry's tuple, made a ModuleEntry below where a hit is
+                    # judged in Python.)
+                    entry, verdict = facts[0], False
+            except Exception as e:
+                if program_raised(e):
+                    raise
+                if archive.file.fd_lost():
+                    archive.disable(_LOST_FD)
+                else:
+                    archive.disable(f"index unreadable ({e})", damaged=True)
+                return None
         if verdict:
             return self._verdict_spec(fullname, facts[0])
         if entry is None:
@@ -718,9 +757,8 @@ class CDSFinder:
             mtime_ns, size = entry.mtime_ns, entry.size
         else:
             mtime_ns, size = st[0], st[1]
-        ArchivedCode.install(spec.loader,
-                             _ChunkRef(fullname, entry.number, entry.chunk_len,
-                                       mtime_ns, size), archive)
+        ArchivedCode.install(spec.loader, archive, fullname, entry.number, entry.chunk_len,
+                             mtime_ns, size)
         return spec
 
     def _verdict_spec(self, fullname, e):
@@ -735,8 +773,7 @@ class CDSFinder:
             submodule_search_locations=None if pkg_dir is None else [pkg_dir])
         spec._cached = e[8]
         _counters["searches_replayed"] += 1
-        ArchivedCode.install(loader, _ChunkRef(fullname, e[0], e[14], e[5], e[6]),
-                             self.archive)
+        ArchivedCode.install(loader, self.archive, fullname, e[0], e[14], e[5], e[6])
         return spec
 
     def invalidate_caches(self):
@@ -871,7 +908,7 @@ def _report_stale():
     # The SHARE run's exit: one line when much of the archive was stale.
     if stale and _tree_root == os.getpid() and _installed is not None:
         from . import _stale
-        _stale.report(len(stale), _counters["served"], _counters["archive"])
+        _stale.report(len(stale), stats()["served"], _counters["archive"])
 
 
 def uninstall():

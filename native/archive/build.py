@@ -34,7 +34,7 @@ SOURCES = [
     "writer/writer.c", "writer/file.c",
     "loader/archive.c", "loader/fixpool.c", "loader/relocate.c", "loader/loader.c",
     "loader/prefetch.c", "loader/release.c", "loader/verify.c", "loader/descriptor.c",
-    "loader/find.c", "loader/open.c",
+    "loader/find.c", "loader/open.c", "loader/serve.c",
 ]
 HEADERS = [
     "pycds_native.h", "common/pycds_internal.h", "loader/archive.h",

@@ -2,6 +2,9 @@
  * the native module.
  *
  * The units, each calling only those listed after it:
+ *   serve.c     the served hit: find.c's verdict, then a load (loader.c)
+ *               and a release (release.c), called by the interpreter;
+ *   find.c      the finder's hit: index lookup, stats, verdict;
  *   loader.c    open, stage 2 of a load, close (the public entry points);
  *   release.c   gives back the tail of a module whose body ran;
  *   prefetch.c  the read-ahead thread, which runs stage 1 ahead;
@@ -251,5 +254,19 @@ size_t pycds_object_size(PyObject *op, uint64_t avail);
 #define PYCDS_FD_PAST_MAX 65536
 #define PYCDS_FD_CEILING 4096
 int pycds_fd_place(int fd);
+
+/* find.c: pycds_index_hit for callers holding the GIL (serve.c), which
+ * also lets a FileFinder read its directory's listing again as its
+ * find_spec would (PYCDS_E_PYTHON with the exception set where that
+ * raised); and
+ * whether each (object, name, value) of triples is what is stored there
+ * now (the verdict's check of the loader parts plain import uses). */
+int pycds_find_hit(const pycds_index *ix, PyObject *name, PyObject *path, PyObject *ctx,
+                   PyObject *out);
+int pycds_stored_stock(PyObject *triples);
+
+/* loader.c: pycds_archive_load for a caller holding the GIL; *root a new
+ * reference. */
+int pycds_archive_load_root(pycds_archive *a, uint32_t module_no, PyObject **root);
 
 #endif /* PYCDS_ARCHIVE_H */

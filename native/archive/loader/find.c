@@ -39,6 +39,9 @@
 /* Paths stat'ed per call: the search's directories, its package
  * directory, the source and the .pyc; a longer search declines. */
 #define MAX_PATHS 64
+/* find()'s flag for pycds_find_hit, whose caller holds the GIL and raises
+ * what a directory's listing raised (listed_none). */
+#define FIND_FILL 0x100
 
 /* ---- the entry -------------------------------------------------------- */
 
@@ -565,6 +568,102 @@ answers_as_dumped(PyObject *dir, PyObject *name, PyObject *origin, PyObject *loa
     return same;
 }
 
+/* Whether FileFinder instance f answers None for the module named name,
+ * taken as its find_spec (importlib/_bootstrap_external.py, 3.10-3.13)
+ * takes it: it compares the directory's st_mtime now (dir_fact) with its
+ * _path_mtime, reads the listing again where they differ (_fill_cache,
+ * then _path_mtime set), and looks tail and tail<suffix> up in its
+ * _path_cache; where none is listed it answers None.  1 or 0 (any doubt,
+ * a name listed; a listing not current where `fill` is 0); -1 with what
+ * _fill_cache raised (the program's: it catches OSError). */
+static int
+listed_none(PyObject *f, PyObject *dir, const path_fact *dir_fact, PyObject *name,
+            PyObject *loaders, int fill)
+{
+    static PyObject *mtime_attr, *cache_attr, *fill_name;
+    PyObject *mtime = NULL, *cache = NULL, *tail = NULL;
+    path_fact own;
+    Py_ssize_t dot;
+    int none = 0;
+
+    if (!PyList_CheckExact(loaders)) {
+        return 0;
+    }
+    if (!dir_fact->ok) {
+        /* (Not stat'ed with the others: the dump recorded no stamp.) */
+        if (add_path(&own, dir, 1) < 0 || own.c == NULL) {
+            Py_XDECREF(own.bytes);
+            PyErr_Clear();
+            return 0;
+        }
+        own.ok = stat(own.c, &own.st) == 0;
+        Py_XDECREF(own.bytes);
+        if (!own.ok) {
+            return 0;
+        }
+        dir_fact = &own;
+    }
+    if ((mtime_attr == NULL && (mtime_attr = PyUnicode_InternFromString("_path_mtime")) == NULL)
+            || (cache_attr == NULL
+                && (cache_attr = PyUnicode_InternFromString("_path_cache")) == NULL)
+            || (fill_name == NULL
+                && (fill_name = PyUnicode_InternFromString("_fill_cache")) == NULL)) {
+        goto done;
+    }
+    /* (os.stat's st_mtime: posixmodule.c's fill_time, sec + nsec * 1e-9.) */
+    double now = (double)dir_fact->st.st_mtim.tv_sec
+                 + (double)dir_fact->st.st_mtim.tv_nsec * 1e-9;
+    mtime = PyObject_GetAttr(f, mtime_attr);
+    if (mtime == NULL) {
+        goto done;
+    }
+    if (!PyFloat_CheckExact(mtime) || PyFloat_AS_DOUBLE(mtime) != now) {
+        if (!fill) {
+            goto done;
+        }
+        PyObject *r = PyObject_CallMethodNoArgs(f, fill_name), *stamp;
+        if (r == NULL) {
+            Py_DECREF(mtime);
+            return -1;
+        }
+        Py_DECREF(r);
+        stamp = PyFloat_FromDouble(now);
+        if (stamp == NULL || PyObject_SetAttr(f, mtime_attr, stamp) < 0) {
+            Py_XDECREF(stamp);
+            goto done;
+        }
+        Py_DECREF(stamp);
+    }
+    cache = PyObject_GetAttr(f, cache_attr);
+    dot = PyUnicode_FindChar(name, '.', 0, PyUnicode_GET_LENGTH(name), -1);
+    if (cache == NULL || !PySet_CheckExact(cache) || dot == -2
+            || (tail = PyUnicode_Substring(name, dot + 1, PyUnicode_GET_LENGTH(name))) == NULL
+            || PySet_Contains(cache, tail) != 0) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(loaders); i++) {
+        PyObject *pair = PyList_GET_ITEM(loaders, i), *listed;
+        int in;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2
+                || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))
+                || (listed = PyUnicode_Concat(tail, PyTuple_GET_ITEM(pair, 0))) == NULL) {
+            goto done;
+        }
+        in = PySet_Contains(cache, listed);
+        Py_DECREF(listed);
+        if (in != 0) {
+            goto done;
+        }
+    }
+    none = 1;
+done:
+    Py_XDECREF(mtime);
+    Py_XDECREF(cache);
+    Py_XDECREF(tail);
+    PyErr_Clear();
+    return none;
+}
+
 /* Whether the search recorded in entry replays on path (None: sys.path)
  * with every directory answering as at the dump: its stamp as recorded
  * (pycds._search.find_spec's walk when each step ends in "unchanged since
@@ -577,10 +676,11 @@ answers_as_dumped(PyObject *dir, PyObject *name, PyObject *origin, PyObject *loa
  * (pycds.path_hooks_stock): they would make a FileFinder of the entry,
  * whose path is the entry (absolute) or the working directory (''), with
  * the stock loaders; the step replays when that is the recorded directory
- * and its stamp holds.  1 or 0 (any doubt, any error). */
+ * and its stamp holds.  1 or 0 (any doubt, any error); -1 with the
+ * exception a directory's listing raised (listed_none, with `fill`). */
 static int
 replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
-        PyObject *path, PyObject *ctx)
+        PyObject *path, PyObject *ctx, int fill)
 {
     PyObject *file_finder = PyTuple_GET_ITEM(ctx, 0);
     PyObject *loaders = PyTuple_GET_ITEM(ctx, 1);
@@ -652,9 +752,17 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         same = (PyObject *)Py_TYPE(finder) == file_finder
                && !own_search_methods(finder)
                && attr_equals(finder, path_attr, dir) == 1
-               && attr_equals(finder, loaders_attr, loaders) == 1
-               && (stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))
-                   || answers_as_dumped(dir, name, want, loaders));
+               && attr_equals(finder, loaders_attr, loaders) == 1;
+        if (same && !stamp_is(&facts[i], PyTuple_GET_ITEM(step, 2))) {
+            int none = want == NULL
+                       ? listed_none(finder, dir, &facts[i], name, loaders, fill) : 0;
+            if (none < 0) {
+                Py_DECREF(finder);
+                ok = -1;
+                goto done;
+            }
+            same = none || answers_as_dumped(dir, name, want, loaders);
+        }
         Py_DECREF(finder);
         if (!same) {
             goto done;
@@ -773,7 +881,7 @@ serving_stock(PyObject *serving)
     path_finder = PyTuple_GET_ITEM(serving, 1);
     search = PyTuple_GET_ITEM(serving, 2);
     loader = PyTuple_GET_ITEM(serving, 3);
-    if (!PyTuple_CheckExact(search) || !PyTuple_CheckExact(loader)) {
+    if (!PyTuple_CheckExact(search)) {
         return 0;
     }
     meta_path = PySys_GetObject("meta_path");     /* borrowed */
@@ -809,8 +917,17 @@ serving_stock(PyObject *serving)
             return 0;
         }
     }
-    for (i = 0; i < PyTuple_GET_SIZE(loader); i++) {
-        PyObject *t = PyTuple_GET_ITEM(loader, i);
+    return pycds_stored_stock(loader);
+}
+
+int
+pycds_stored_stock(PyObject *triples)
+{
+    if (!PyTuple_CheckExact(triples)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(triples); i++) {
+        PyObject *t = PyTuple_GET_ITEM(triples, i);
         if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3
                 || stored(PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1))
                    != PyTuple_GET_ITEM(t, 2)) {
@@ -828,10 +945,11 @@ serving_stock(PyObject *serving)
  * (FileFinder, its stock loaders, PYC_TIMESTAMP, "_loaders", "path", the
  * names interned; True when the path hooks are importlib's own
  * (replays()), else False; `serving` or None), where serving_stock()
- * must hold too.  0 otherwise: the Python side judges the facts. */
+ * must hold too.  0 otherwise: the Python side judges the facts; -1 as
+ * replays(). */
 static int
 verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
-        PyObject *path, PyObject *ctx)
+        PyObject *path, PyObject *ctx, int fill)
 {
     PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
     int eq;
@@ -849,8 +967,9 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
                                    PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH))) {
         return 0;
     }
-    return replays(entry, facts, nsteps, path, ctx)
-           && (PyTuple_GET_ITEM(ctx, 6) == Py_None || serving_stock(PyTuple_GET_ITEM(ctx, 6)));
+    int r = replays(entry, facts, nsteps, path, ctx, fill);
+    return r <= 0 ? r
+           : PyTuple_GET_ITEM(ctx, 6) == Py_None || serving_stock(PyTuple_GET_ITEM(ctx, 6));
 }
 
 /* ---- the entry point --------------------------------------------------- */
@@ -874,6 +993,13 @@ pycds_index_find(const pycds_index *ix, uintptr_t name_obj, int flags,
                  uintptr_t out_list)
 {
     return find(ix, name_obj, flags, out_list, NULL, NULL);
+}
+
+int
+pycds_find_hit(const pycds_index *ix, PyObject *name, PyObject *path, PyObject *ctx,
+               PyObject *out)
+{
+    return find(ix, (uintptr_t)name, PYCDS_FIND_FILES | FIND_FILL, (uintptr_t)out, path, ctx);
 }
 
 int
@@ -950,7 +1076,12 @@ find(const pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
     }
     stat_all(facts, n);
     if (ctx != NULL) {
-        int v = verdict(entry, facts, nsteps, path, ctx) > 0;
+        int v = verdict(entry, facts, nsteps, path, ctx, flags & FIND_FILL);
+        if (v < 0 && (flags & FIND_FILL)) {
+            rc = PYCDS_E_PYTHON;     /* (the exception left set: the caller raises it) */
+            goto done;
+        }
+        v = v > 0;
         PyErr_Clear();
         /* A verdict with `serving` checked is all the caller needs: the
          * entry, not the facts. */

@@ -458,18 +458,33 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
     if (a == NULL || out_list == 0) {
         return pycds_fail(PYCDS_E_ARG, "bad archive_load arguments");
     }
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *list = (PyObject *)out_list, *root = NULL;
+    int rc;
+    if (!PyList_Check(list)) {
+        rc = pycds_fail(PYCDS_E_ARG, "out_list is not a list");
+    } else if ((rc = pycds_archive_load_root(a, module_no, &root)) == PYCDS_OK) {
+        if (PyList_Append(list, root) < 0) {
+            rc = pycds_fail_python("handing out the code object");
+        }
+        Py_DECREF(root);
+    }
+    PyGILState_Release(g);
+    return rc;
+}
+
+int
+pycds_archive_load_root(pycds_archive *a, uint32_t module_no, PyObject **root)
+{
+    if (a == NULL || root == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "bad archive_load arguments");
+    }
     if (module_no >= a->nmodules) {
         /* The number comes from the archive's index. */
         return pycds_fail(PYCDS_E_CORRUPT, "module number %u out of range",
                           module_no);
     }
-    PyGILState_STATE g = PyGILState_Ensure();
     int rc = PYCDS_OK;
-    PyObject *list = (PyObject *)out_list;
-    if (!PyList_Check(list)) {
-        rc = pycds_fail(PYCDS_E_ARG, "out_list is not a list");
-        goto done;
-    }
     /* Claim the module.  The read-ahead thread holds a module AHEAD for the
      * length of one stage 1 and needs nothing of ours: wait for it.  A
      * module IMPORTING is being loaded by a stage 2 that ran Python code
@@ -514,11 +529,8 @@ pycds_archive_load(pycds_archive *a, uint32_t module_no, uintptr_t out_list)
             goto done;
         }
     }
-    if (PyList_Append(list, a->roots[module_no]) < 0) {
-        rc = pycds_fail_python("handing out the code object");
-    }
+    *root = Py_NewRef(a->roots[module_no]);
 done:
-    PyGILState_Release(g);
     return rc;
 }
 
