@@ -399,15 +399,15 @@ class _Opener:
             self.plain.append(fullname)
             return None
         else:
-            finder = self.open()
+            finder = self.open(fullname)
         return None if finder is None else finder.find_spec(fullname, path, target)
 
     def invalidate_caches(self):
         pass
 
-    def open(self):
+    def open(self, first=None):
         """pycds.finder's finder, installed in this one's place on first
-        call; None if the archive cannot be used (after one warning), while
+        call (``first``: the name being imported); None if the archive cannot be used (after one warning), while
         this thread opens it (pycds's own imports) or another one does: that
         wait lasts :data:`OPEN_WAIT_S` once, then imports are plain ones
         until the archive is open (the opening thread may be waiting, through
@@ -425,7 +425,7 @@ class _Opener:
                 return self.finder
             self.opening = me
             try:
-                self.finder = self._install()
+                self.finder = self._install(first)
             except (RecursionError, MemoryError):
                 # The program's state (its depth, its memory): this import
                 # is a plain one, the next one opens.
@@ -441,7 +441,7 @@ class _Opener:
             self.lock.release()
 
 
-    def _install(self):
+    def _install(self, first):
         # pycds.finder's install(), or None after one warning.  What the
         # program raises there propagates, as out of the finder; in
         # importing pycds's modules (its audit hook refusing them) it is a
@@ -460,9 +460,10 @@ class _Opener:
             if self.preloaded is not None:
                 from . import auto
                 return auto.install(self.cfg, self.preloaded, replacing=self,
-                                    startup_path=self.startup_path, started_plain=self.plain)
+                                    startup_path=self.startup_path, started_plain=self.plain,
+                                    first=first)
             return finder.install(self.cfg, replacing=self, startup_path=self.startup_path,
-                                  started_plain=self.plain)
+                                  started_plain=self.plain, first=first)
         except Exception as e:
             if program_raised(e):   # (RecursionError, MemoryError too)
                 raise

@@ -104,15 +104,16 @@ class ArchiveFile:
     archive of another format, Python version or interpreter build; the
     latter only with ``check_interpreter``, else ``foreign`` says why).
     ``check_owner``: refuse what :func:`check_trusted` refuses.  With
-    ``out_of_the_way`` (SHARE) no descriptor is held once these are read:
-    the first :meth:`descriptor` opens the file again, and a native handle
-    then takes it out of the program's way (:meth:`adopt`;
-    native/archive/loader/descriptor.c)."""
+    ``out_of_the_way`` (SHARE) no descriptor is held once these are read
+    (with ``hold`` too, until :meth:`let_go`): the first :meth:`descriptor`
+    opens the file again, and a native handle then takes it out of the
+    program's way (:meth:`adopt`; native/archive/loader/descriptor.c)."""
 
-    def __init__(self, path, check_owner=True, check_interpreter=True, out_of_the_way=False):
+    def __init__(self, path, check_owner=True, check_interpreter=True, out_of_the_way=False,
+                 hold=False):
         flags = (lib.PYCDS_OPEN_OWNER if check_owner else 0) | \
             (lib.PYCDS_OPEN_VERSION if check_interpreter else 0) | \
-            (lib.PYCDS_OPEN_CLOSE if out_of_the_way else 0)
+            (lib.PYCDS_OPEN_CLOSE if out_of_the_way and not hold else 0)
         o = ffi.new("pycds_opened *")
         rc = lib.pycds_archive_read_index(_c_path(path), flags, o)
         if rc == E_NOMEM and o.meta_len + o.nbuckets * 8 > _PART_BYTES:
@@ -161,6 +162,14 @@ class ArchiveFile:
         self._file_id = (o.st_dev, o.st_ino)
         self._owned = True          # self.fd is ours to close (see adopt)
         self._reopen = o.fd < 0     # the first descriptor() opens the file again
+
+    def let_go(self):
+        """Close the descriptor an ``out_of_the_way`` file was opened
+        holding: the first :meth:`descriptor` opens the file again."""
+        if self._owned and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+            self._reopen = True
 
     def descriptor(self):
         """The descriptor to read through; the first call of a file opened
@@ -300,6 +309,11 @@ class NativeArchive:
         self._a = ffi.NULL
 
 
+# Bytes of the entries section a lookup reads at once (the lookups that
+# follow find their entries there).
+ENTRY_WINDOW = 64 << 10
+
+
 class IndexFinder:
     """The finder's archive hit in C (native/archive/loader/find.c): the
     index lookup of a name and the stats its checks take, as facts for
@@ -340,9 +354,11 @@ class IndexFinder:
         ix = getattr(self, "_ix", None)
         if ix is None:
             self._ix = ix = ffi.new("pycds_index *")
+            self._window = ffi.new("uint8_t[]", ENTRY_WINDOW)    # kept alive here
+            ix.window, ix.window_cap = self._window, ENTRY_WINDOW
         # (Another thread's lookup may run between these lines: with no
         # buckets and no descriptor it declines until the last two.)
-        ix.nbuckets, ix.fd = 0, -1
+        ix.nbuckets, ix.fd, ix.window_len = 0, -1, 0
         ix.entries_off, ix.entries_len, ix.key = h.entries_off, h.entries_len, h.archive_id
         ix.buckets = buckets
         self._buckets = buckets      # kept alive here

@@ -785,7 +785,7 @@ class CDSFinder:
 _installed = None
 
 
-def install(config, replacing=None, startup_path=None, started_plain=()):
+def install(config, replacing=None, startup_path=None, started_plain=(), first=None):
     """Open ``config.archive`` and put a :class:`CDSFinder` on
     ``sys.meta_path`` before PathFinder, or in the place of ``replacing``
     (SHARE's stand-in there since start-up, pycds._Opener; not there: the
@@ -793,7 +793,9 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
     ``sys.path`` as start-up left it (default: as it is now).
     ``started_plain``: the names the stand-in let through as the
     interpreter's imports, counted as such where the archive has them
-    (``startup_plain``).  Loads the native module, which opens the archive
+    (``startup_plain``).  ``first``: the name being imported, for which
+    the stand-in opens the archive: where the archive holds it, the
+    descriptor of the opening is kept for its load (not opened again).  Loads the native module, which opens the archive
     (native/archive/loader/open.c).  Returns the finder, or None (after one
     warning) when the archive cannot be used."""
     global _installed, _verbose, _startup_path, _auto
@@ -834,7 +836,7 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
             _warn(f"archive {config.archive} ignored: {e}")
         return None
     try:
-        file = N.ArchiveFile(config.archive, out_of_the_way=True)
+        file = N.ArchiveFile(config.archive, out_of_the_way=True, hold=first is not None)
     except ArchiveFormatError as e:
         global open_failure
         open_failure = str(e)
@@ -855,10 +857,16 @@ def install(config, replacing=None, startup_path=None, started_plain=()):
             from ._advice import refusal
             _warn(f"archive {config.archive} ignored: {refusal(config.archive, e, auto)}")
         return None
-    finder = CDSFinder(_Archive(file, config.check, config.verify,
-                                config.prefetch, config.release))
-    finder.archive.start(N)
-    _count_started_plain(finder.archive, started_plain)
+    try:
+        finder = CDSFinder(_Archive(file, config.check, config.verify,
+                                    config.prefetch, config.release))
+        finder.archive.start(N)
+        _count_started_plain(finder.archive, started_plain)
+        if first is not None and not finder.archive.fast.holds(first):
+            file.let_go()     # (held by no process that imports nothing archived)
+    except BaseException:
+        file.close()
+        raise
     meta_path = sys.meta_path
     try:
         if replacing is not None:

@@ -249,6 +249,11 @@ typedef struct {
     const uint8_t *buckets;
     uint64_t nbuckets;     /* a power of two */
     uint64_t key;          /* the archive's id, the entries' checksum key */
+    /* A window of the entries section read at once, where window_cap > 0:
+     * the caller's buffer of window_cap bytes; window_len 0 until the
+     * first read (and after any change of the fields above). */
+    uint8_t *window;
+    uint64_t window_cap, window_lo, window_len;
 } pycds_index;
 
 /* pycds_index_find() flags: also stat the entry's source and .pyc. */
@@ -271,7 +276,7 @@ typedef struct {
  * above.  Any other code: declined (an entry that fails its checks, an
  * unusual one, a read error); the caller reads the index its own way.
  * Takes the GIL. */
-int pycds_index_find(const pycds_index *ix, uintptr_t name, int flags,
+int pycds_index_find(pycds_index *ix, uintptr_t name, int flags,
                      uintptr_t out_list);
 /* pycds_index_find() with PYCDS_FIND_FILES, and a sixth item appended: True
  * when plain import would take the entry's module as the dump recorded it
@@ -287,7 +292,7 @@ int pycds_index_find(const pycds_index *ix, uintptr_t name, int flags,
  * serving_stock()), and then a True verdict comes with the entry's tuple
  * alone (two items appended, not six).
  * For PYCDSCHECK=mtime.  Takes the GIL. */
-int pycds_index_hit(const pycds_index *ix, uintptr_t name, uintptr_t path,
+int pycds_index_hit(pycds_index *ix, uintptr_t name, uintptr_t path,
                     uintptr_t ctx, uintptr_t out_list);
 /* _imp.source_hash's keyed SipHash (2-4 on 3.10, 1-3 after) of n bytes.
  * Pure, no GIL. */
@@ -298,7 +303,7 @@ uint64_t pycds_keyed_hash(uint64_t key, const void *src, size_t n);
  * alive by the caller); pycds_serve_use gives it the native handle once
  * open; pycds_serve_counters writes this process's served, replayed,
  * bytes served, load nanoseconds and bytes released to out[0..4]. */
-int pycds_serve_new(uintptr_t args, const pycds_index *ix, uintptr_t out_list);
+int pycds_serve_new(uintptr_t args, pycds_index *ix, uintptr_t out_list);
 int pycds_serve_use(uintptr_t server, pycds_archive *a);
 void pycds_serve_counters(uint64_t *out);
 

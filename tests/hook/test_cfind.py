@@ -88,6 +88,25 @@ class TestLookup:
         finally:
             index.close()
 
+    @given(order=st.randoms(use_true_random=False), pad=st.integers(0, 1500))
+    @SETTINGS
+    def test_entries_beyond_one_window(self, tmp_path, order, pad):
+        # More entries than one window of the section holds (ENTRY_WINDOW),
+        # looked up in any order by one finder: each is the Python reader's.
+        names = [f"m{i}" for i in range(150)]
+        ents = [entry(i, n, origin="/x/" + "p" * (pad + 7 * i) + ".py")
+                for i, n in enumerate(names)]
+        index = write_index(tmp_path / "w.img", ents)
+        try:
+            assert index.header.entries_len > _nativeapi.ENTRY_WINDOW
+            finder = _nativeapi.IndexFinder(index, index.descriptor())
+            order.shuffle(names)
+            for name in names + names[::-1]:
+                got = finder.find(name)
+                assert got is not None and got[0] == index.lookup(name).to_tuple(), name
+        finally:
+            index.close()
+
     def test_a_damaged_entry_declines(self, tmp_path):
         index = write_index(tmp_path / "a.img", [entry(0, "mod")])
         at = index.header.entries_off + 20

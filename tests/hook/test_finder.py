@@ -112,6 +112,22 @@ class TestInstall:
                 finder.uninstall()
             assert f not in sys.meta_path
 
+    @pytest.mark.parametrize("first, held", [("fmod", True), ("not_archived", False),
+                                             (None, False)])
+    def test_the_opening_holds_its_descriptor_for_an_archived_first(self, archived_pkg,
+                                                                     first, held):
+        # (The stand-in opens the archive for the import of `first`: where
+        # the archive holds it, that load reads through the same descriptor.)
+        _, img = archived_pkg
+        cfg = _config.Config(mode=_config.MODE_SHARE, archive=img)
+        with import_state():
+            try:
+                f = finder.install(cfg, first=first)
+                assert (f.archive.file.fd >= 0) == held
+            finally:
+                finder.uninstall()
+                f.archive.file.close()
+
     @pytest.mark.parametrize("verbose", [1, 2])
     def test_installed_by_hand_prints_what_verbose_asks(self, archived_pkg, verbose):
         # The API form, in a process where start-up imported nothing of

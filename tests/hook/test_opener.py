@@ -105,6 +105,27 @@ class TestTheFirstImport:
         assert r.warnings() == ["[pycds] warning: pycds not activated: "
                                 "RuntimeError('not here')"], r
 
+    @pytest.mark.parametrize("first", ["m", "csv"])
+    def test_descriptors_on_the_archive(self, app, first):
+        # The opening keeps its descriptor for a first import the archive
+        # holds (m), for that module's load; it keeps none where it holds
+        # the first import not (csv), until an archived one.  One each time
+        # the archive is in use, out of the program's way.
+        cwd, img = app
+        code = textwrap.dedent(f"""\
+            import os
+            def held():
+                return sum(os.path.realpath(f"/proc/self/fd/{{fd}}") == {img!r}
+                           for fd in os.listdir("/proc/self/fd"))
+            import {first}
+            print(held(), end=" ")
+            import m
+            print(held(), m.X)
+            """)
+        r = share(cwd, img, code)
+        assert (r.rc, r.warnings(), r.served()) == (0, [], ["m"]), r
+        assert r.out == ("1 1 1\n" if first == "m" else "0 1 1\n"), r
+
     def test_threads_importing_first_at_once_open_it_once(self, tmp_path):
         names = [f"mod{i}" for i in range(8)]
         for name in names:

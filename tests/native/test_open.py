@@ -345,3 +345,22 @@ def test_an_archive_copied_over_in_place_before_the_first_hit_is_taken(tmp_path)
                    PYCDSARCHIVE=img, PYCDSVERBOSE=1)
     assert r.rc == 0 and r.out == "[1]\n" and not r.warnings(), r
     assert "json" in r.served() and "email.message" in r.served(), r
+
+
+def test_a_descriptor_held_then_let_go(tmp_path, good):
+    # SHARE's opening for a first import the archive holds keeps its
+    # descriptor (pycds.finder.install's `first`); let go, the next
+    # descriptor() opens the file again, checked as at the opening.
+    path = _write(tmp_path, good)
+    f = N.ArchiveFile(path, out_of_the_way=True, hold=True)
+    held = f.fd
+    assert held >= 0 and os.path.samestat(os.fstat(held), os.stat(path))
+    assert f.descriptor() == held
+    f.let_go()
+    assert f.fd == -1
+    with pytest.raises(OSError):
+        os.fstat(held)
+    again = f.descriptor()
+    assert again >= 0 and os.path.samestat(os.fstat(again), os.stat(path))
+    f.close()
+    assert N.ArchiveFile(path, out_of_the_way=True).fd == -1

@@ -4,6 +4,7 @@
 #include "pycds_internal.h"
 
 #include <errno.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 int
@@ -26,4 +27,26 @@ pycds_pread_all(int fd, void *buf, size_t n, uint64_t off)
         off += (uint64_t)got;
     }
     return 0;
+}
+
+int
+pycds_pread2_all(int fd, void *a, size_t na, void *b, size_t nb, uint64_t off)
+{
+    struct iovec iov[2] = {{a, na}, {b, nb}};
+    ssize_t got;
+    do {
+        got = preadv(fd, iov, 2, (off_t)off);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) {
+        return -1;
+    }
+    size_t done = (size_t)got;
+    if (done < na) {
+        int rc = pycds_pread_all(fd, (uint8_t *)a + done, na - done, off + done);
+        if (rc != 0) {
+            return rc;
+        }
+        done = na;
+    }
+    return pycds_pread_all(fd, (uint8_t *)b + (done - na), nb - (done - na), off + done);
 }

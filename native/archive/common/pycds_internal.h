@@ -89,6 +89,9 @@ pycds_checksum(const void *src, size_t n, uint64_t key)
 /* io.c: read n bytes of fd at offset off into buf.  0; -1 with errno set
  * (EINTR retried); 1 where the file ends first. */
 int pycds_pread_all(int fd, void *buf, size_t n, uint64_t off);
+/* The same for the file's bytes [off, off + na + nb) into a then b, in
+ * one preadv where the kernel gives it all. */
+int pycds_pread2_all(int fd, void *a, size_t na, void *b, size_t nb, uint64_t off);
 
 /* image.c: the loaded object (libpython or the executable) that holds the
  * interpreter's static objects.  Anchor: &_Py_NoneStruct. */

@@ -261,7 +261,7 @@ int pycds_fd_place(int fd);
  * raised); and
  * whether each (object, name, value) of triples is what is stored there
  * now (the verdict's check of the loader parts plain import uses). */
-int pycds_find_hit(const pycds_index *ix, PyObject *name, PyObject *path, PyObject *ctx,
+int pycds_find_hit(pycds_index *ix, PyObject *name, PyObject *path, PyObject *ctx,
                    PyObject *out);
 int pycds_stored_stock(PyObject *triples);
 

@@ -56,14 +56,46 @@ read_at(int fd, uint8_t *buf, size_t n, uint64_t off)
     return rc == PYCDS_OK ? 0 : -1;
 }
 
+/* Bytes [off, off + n) of ix's entries section, from its window (entries
+ * lie in the order the dump met their modules, about the order a run
+ * imports them, so one read serves the lookups that follow), read anew
+ * from off where the window does not hold them; NULL where that read
+ * fails.  The window is the caller's and the GIL guards it: the read goes
+ * to a buffer of its own (read_at lets other threads run, which may use
+ * the window meanwhile), copied in once the GIL is back; the caller copies
+ * the bytes out before it lets another thread run. */
+static const uint8_t *
+window_at(pycds_index *ix, uint64_t off, uint64_t n, uint8_t *own)
+{
+    if (ix->window_cap < ENTRY_READ || ix->window == NULL) {
+        return read_at(ix->fd, own, (size_t)n, ix->entries_off + off) < 0 ? NULL : own;
+    }
+    if (ix->window_len == 0 || off < ix->window_lo
+            || off + n > ix->window_lo + ix->window_len) {
+        uint64_t len = ix->entries_len - off < ix->window_cap ? ix->entries_len - off
+                                                              : ix->window_cap;
+        uint8_t *buf = len < n ? NULL : malloc((size_t)len);
+        if (buf == NULL || read_at(ix->fd, buf, (size_t)len, ix->entries_off + off) < 0) {
+            free(buf);
+            return NULL;
+        }
+        memcpy(ix->window, buf, (size_t)len);
+        free(buf);
+        ix->window_lo = off;
+        ix->window_len = len;
+    }
+    return ix->window + (off - ix->window_lo);
+}
+
 /* The unmarshalled payload of the entry at offset off of the entries
  * section (a new reference), or NULL (no exception set) where
  * Index._read_entry would not give a ModuleEntry of a 21-tuple. */
 static PyObject *
-read_entry(const pycds_index *ix, uint64_t off)
+read_entry(pycds_index *ix, uint64_t off)
 {
     uint8_t head[ENTRY_READ];
     uint8_t *rec = head;
+    const uint8_t *in;
     uint64_t avail, length;
     PyObject *obj = NULL;
 
@@ -71,8 +103,12 @@ read_entry(const pycds_index *ix, uint64_t off)
         return NULL;
     }
     avail = ix->entries_len - off < ENTRY_READ ? ix->entries_len - off : ENTRY_READ;
-    if (read_at(ix->fd, head, (size_t)avail, ix->entries_off + off) < 0) {
+    in = window_at(ix, off, avail, head);
+    if (in == NULL) {
         return NULL;
+    }
+    if (in != head) {
+        memcpy(head, in, (size_t)avail);
     }
     length = pycds_le32(head);
     if (length < 12 || off + length > ix->entries_len) {
@@ -985,25 +1021,25 @@ stat_all(path_fact *facts, int n)
     Py_END_ALLOW_THREADS
 }
 
-static int find(const pycds_index *ix, uintptr_t name_obj, int flags,
+static int find(pycds_index *ix, uintptr_t name_obj, int flags,
                 uintptr_t out_list, PyObject *path, PyObject *ctx);
 
 int
-pycds_index_find(const pycds_index *ix, uintptr_t name_obj, int flags,
+pycds_index_find(pycds_index *ix, uintptr_t name_obj, int flags,
                  uintptr_t out_list)
 {
     return find(ix, name_obj, flags, out_list, NULL, NULL);
 }
 
 int
-pycds_find_hit(const pycds_index *ix, PyObject *name, PyObject *path, PyObject *ctx,
+pycds_find_hit(pycds_index *ix, PyObject *name, PyObject *path, PyObject *ctx,
                PyObject *out)
 {
     return find(ix, (uintptr_t)name, PYCDS_FIND_FILES | FIND_FILL, (uintptr_t)out, path, ctx);
 }
 
 int
-pycds_index_hit(const pycds_index *ix, uintptr_t name_obj, uintptr_t path_obj,
+pycds_index_hit(pycds_index *ix, uintptr_t name_obj, uintptr_t path_obj,
                 uintptr_t ctx_obj, uintptr_t out_list)
 {
     return find(ix, name_obj, PYCDS_FIND_FILES, out_list, (PyObject *)path_obj,
@@ -1011,7 +1047,7 @@ pycds_index_hit(const pycds_index *ix, uintptr_t name_obj, uintptr_t path_obj,
 }
 
 static int
-find(const pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
+find(pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
      PyObject *path, PyObject *ctx)
 {
     PyObject *name = (PyObject *)name_obj, *out = (PyObject *)out_list;

@@ -30,10 +30,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-int
-pycds_read_full(int fd, void *buf, size_t n, uint64_t off)
+/* The checks of pycds_read_full on pycds_pread_all's or pycds_pread2_all's
+ * answer rc. */
+static int
+read_result(int rc)
 {
-    int rc = pycds_pread_all(fd, buf, n, off);
     if (rc < 0) {
         return pycds_fail(PYCDS_E_IO, "read of archive failed: %s", strerror(errno));
     }
@@ -41,6 +42,12 @@ pycds_read_full(int fd, void *buf, size_t n, uint64_t off)
         return pycds_fail(PYCDS_E_IO, "archive is shorter than its index says");
     }
     return PYCDS_OK;
+}
+
+int
+pycds_read_full(int fd, void *buf, size_t n, uint64_t off)
+{
+    return read_result(pycds_pread_all(fd, buf, n, off));
 }
 
 /* Stage 1, after the checksum: apply the relocations, bounds-checking each,
@@ -270,10 +277,9 @@ pycds_chunk_stage1(pycds_archive *a, uint32_t k, pycds_scratch *scratch,
     pycds_archive_place(a, k, &p);
     *out = NULL;
     uint64_t at = a->heap_off + c->chunk_off;
-    int rc = pycds_read_full(a->fd, p.head, c->root_off, at);
-    if (rc == PYCDS_OK) {
-        rc = pycds_read_full(a->fd, p.tail, c->chunk_len - c->root_off, at + c->root_off);
-    }
+    /* (Head and tail lie together in the file, apart in the heap.) */
+    int rc = read_result(pycds_pread2_all(a->fd, p.head, c->root_off, p.tail,
+                                          c->chunk_len - c->root_off, at));
     if (rc) {
         return rc;
     }

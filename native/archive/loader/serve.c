@@ -41,7 +41,7 @@ typedef struct {
     PyObject *fix_filename;  /* _imp._fix_co_filename */
     PyObject *archive;       /* the Python _Archive */
     PyTypeObject *code_type; /* its ArchivedCode type */
-    const pycds_index *ix;   /* the index (IndexFinder's, kept alive there) */
+    pycds_index *ix;   /* the index (IndexFinder's, kept alive there) */
     pycds_archive *a;        /* the native handle, once open */
     int find_on;             /* find_spec may serve here */
     int call_on;             /* get_code may load here */
@@ -679,7 +679,7 @@ make_types(PyObject *methods)
 }
 
 int
-pycds_serve_new(uintptr_t args_obj, const pycds_index *ix, uintptr_t out_list)
+pycds_serve_new(uintptr_t args_obj, pycds_index *ix, uintptr_t out_list)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *args = (PyObject *)args_obj, *out = (PyObject *)out_list;
