@@ -8,6 +8,10 @@ writes nothing.  On 3.10/3.11 (subinterpreters sharing the GIL) it may be
 served, but only the main interpreter dumps.
 """
 
+import sys
+
+import pytest
+
 from conftest import run_python
 
 PROGRAM = r"""
@@ -42,3 +46,27 @@ class TestSubinterpreters:
         assert (share.rc, share.out) == (plain.rc, plain.out), share
         assert share.warnings() == [], share
         assert "json" in share.served()
+
+    @pytest.mark.skipif(sys.version_info >= (3, 12),
+                        reason="served in the main interpreter only (and CPython 3.12.1 "
+                               "aborts on a second subinterpreter importing these)")
+    def test_a_quiet_share_run_serves_a_subinterpreter_without_hanging(self, tmp_path):
+        # Not verbose, the finder's find_spec is the C server's
+        # (native/archive/loader/serve.c), called with the subinterpreter's
+        # thread state current: a PyGILState_Ensure there takes the main
+        # interpreter's thread state of this thread and waits for the GIL
+        # this thread holds (3.10/3.11).  Twice, one after the other: the
+        # second subinterpreter makes the serving types again.
+        (tmp_path / "prog.py").write_text(PROGRAM.replace(
+            "interpreters.destroy(iid)\n",
+            "interpreters.destroy(iid)\niid = interpreters.create()\n"
+            "interpreters.run_string(iid, 'import json, email.parser')\n"
+            "interpreters.destroy(iid)\n"))
+        img = str(tmp_path / "a.img")
+        plain = run_python(["prog.py"], cwd=tmp_path)
+        assert plain.rc == 0 and plain.out == 'sub [1, 2]\n{"a": 1}\n', plain
+        dump = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert (dump.rc, dump.out) == (plain.rc, plain.out), dump
+        share = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                           timeout=60)
+        assert (share.rc, share.out, share.warnings()) == (plain.rc, plain.out, []), share

@@ -269,4 +269,7 @@ int pycds_stored_stock(PyObject *triples);
  * reference. */
 int pycds_archive_load_root(pycds_archive *a, uint32_t module_no, PyObject **root);
 
+/* release.c: pycds_archive_release for a caller holding the GIL. */
+int pycds_archive_release_held(pycds_archive *a, uint32_t module_no, uint64_t *released);
+
 #endif /* PYCDS_ARCHIVE_H */

@@ -39,9 +39,13 @@
 /* Paths stat'ed per call: the search's directories, its package
  * directory, the source and the .pyc; a longer search declines. */
 #define MAX_PATHS 64
-/* find()'s flag for pycds_find_hit, whose caller holds the GIL and raises
- * what a directory's listing raised (listed_none). */
+/* find()'s flags for pycds_find_hit, whose caller holds the GIL and raises
+ * what a directory's listing raised (listed_none): FIND_FILL lets it read
+ * a listing again; FIND_HELD takes no GIL (PyGILState_Ensure would, in a
+ * subinterpreter of 3.10/3.11, take the main interpreter's thread state of
+ * this thread and wait for the GIL the caller holds). */
 #define FIND_FILL 0x100
+#define FIND_HELD 0x200
 
 /* ---- the entry -------------------------------------------------------- */
 
@@ -1028,14 +1032,15 @@ int
 pycds_index_find(pycds_index *ix, uintptr_t name_obj, int flags,
                  uintptr_t out_list)
 {
-    return find(ix, name_obj, flags, out_list, NULL, NULL);
+    return find(ix, name_obj, flags & ~(FIND_FILL | FIND_HELD), out_list, NULL, NULL);
 }
 
 int
 pycds_find_hit(pycds_index *ix, PyObject *name, PyObject *path, PyObject *ctx,
                PyObject *out)
 {
-    return find(ix, (uintptr_t)name, PYCDS_FIND_FILES | FIND_FILL, (uintptr_t)out, path, ctx);
+    return find(ix, (uintptr_t)name, PYCDS_FIND_FILES | FIND_FILL | FIND_HELD, (uintptr_t)out,
+                path, ctx);
 }
 
 int
@@ -1057,7 +1062,10 @@ find(pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
     Py_ssize_t len, nsteps = 0;
     uint64_t h, mask = ix->nbuckets - 1, i;
     int n = 0, rc = PYCDS_E_CORRUPT, eq;
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = PyGILState_UNLOCKED;
+    if (!(flags & FIND_HELD)) {
+        g = PyGILState_Ensure();
+    }
 
     if (!PyUnicode_CheckExact(name) || !PyList_CheckExact(out)
             || ix->nbuckets == 0 || (ix->nbuckets & mask) != 0) {
@@ -1142,6 +1150,8 @@ done:
         Py_XDECREF(facts[k].bytes);
     }
     Py_XDECREF(entry);
-    PyGILState_Release(g);
+    if (!(flags & FIND_HELD)) {
+        PyGILState_Release(g);
+    }
     return rc;
 }

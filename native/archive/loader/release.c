@@ -267,12 +267,35 @@ dead(pycds_archive *a, uint64_t lo, uint64_t hi)
     return give_back(a, first * pg, (last + 1) * pg);
 }
 
+static int release_held(pycds_archive *a, uint32_t module_no, uint64_t *released);
+
 int
 pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
 {
     if (a == NULL || released == NULL) {
         return pycds_fail(PYCDS_E_ARG, "bad archive_release arguments");
     }
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = release_held(a, module_no, released);
+    PyGILState_Release(g);
+    return rc;
+}
+
+int
+pycds_archive_release_held(pycds_archive *a, uint32_t module_no, uint64_t *released)
+{
+    /* (The caller holds the GIL: serve.c, called by the interpreter,
+     * maybe in a subinterpreter, where PyGILState_Ensure would take the
+     * main interpreter's thread state and wait for the GIL held here.) */
+    if (a == NULL || released == NULL) {
+        return pycds_fail(PYCDS_E_ARG, "bad archive_release arguments");
+    }
+    return release_held(a, module_no, released);
+}
+
+static int
+release_held(pycds_archive *a, uint32_t module_no, uint64_t *released)
+{
     *released = 0;
     if (module_no >= a->nmodules) {
         return pycds_fail(PYCDS_E_CORRUPT, "module number %u out of range",
@@ -288,7 +311,6 @@ pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
     uint64_t len = 0, at = 0;
     tail_obj *v = NULL;
     size_t n = 0;
-    PyGILState_STATE g = PyGILState_Ensure();
     /* LOADED modules change only under the GIL: the state cannot move
      * between this check and the end. */
     pthread_mutex_lock(&a->mu);
@@ -328,7 +350,6 @@ pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
     }
     free(v);
 done:
-    PyGILState_Release(g);
     return PYCDS_OK;
 }
 

@@ -216,7 +216,7 @@ release_finished(server *s)
             PyLong_AsUnsignedLong(((served_code *)PyTuple_GET_ITEM(last, 0))->number);
         if (PyErr_Occurred() || number > UINT32_MAX) {
             PyErr_Clear();
-        } else if (pycds_archive_release(s->a, (uint32_t)number, &released) == PYCDS_OK) {
+        } else if (pycds_archive_release_held(s->a, (uint32_t)number, &released) == PYCDS_OK) {
             bytes_released += released;
         }
         Py_DECREF(last);
