@@ -414,14 +414,6 @@ def serve(objects, index):
     return out[0], out[1]
 
 
-def serve_counters():
-    """``(served, searches replayed, bytes served, load ns, bytes released)``
-    of the hits served in C in this process."""
-    c = ffi.new("uint64_t[5]")
-    lib.pycds_serve_counters(c)
-    return tuple(c)
-
-
 def keyed_hash(key, data):
     """pycds_keyed_hash: ``_imp.source_hash(key, data)`` as an int."""
     return lib.pycds_keyed_hash(key, ffi.from_buffer(data), len(data))

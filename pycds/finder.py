@@ -112,6 +112,11 @@ def _fallback(name, reason):
 missed = set()
 stale = set()
 
+# What the C servers (native/archive/loader/serve.c) count, as five native
+# 64-bit integers: served, searches replayed, bytes served, load ns, bytes
+# released.  This interpreter's, as _counters is (stats() adds them).
+_served_counts = bytearray(5 * 8)
+
 
 def _stale_fallback(name, reason):
     stale.add(name)
@@ -143,14 +148,12 @@ def stats():
     search = sys.modules.get(__package__ + "._search")
     if search is not None:
         out["searches_replayed"] += search.replayed
-    N = sys.modules.get(__package__ + "._nativeapi")
-    if N is not None:
-        served, replayed, nbytes, ns, released = N.serve_counters()
-        out["served"] += served
-        out["searches_replayed"] += replayed
-        out["bytes_loaded"] += nbytes
-        out["load_ms"] += ns / 1e6
-        out["released_bytes"] += released
+    served, replayed, nbytes, ns, released = memoryview(_served_counts).cast("Q")
+    out["served"] += served
+    out["searches_replayed"] += replayed
+    out["bytes_loaded"] += nbytes
+    out["load_ms"] += ns / 1e6
+    out["released_bytes"] += released
     return out
 
 
@@ -220,7 +223,8 @@ class _Archive:
             (ArchivedCode, slow, slow,
              self.release_finished, self.ran, missed, fast._ctx,
              SourceFileLoader, spec_from_file_location, _PlainReduce, _fix_co_filename,
-             self, serving, self.check != "unchecked", bool(self.release_mode), not _verbose),
+             self, _served_counts, serving, self.check != "unchecked",
+             bool(self.release_mode), not _verbose),
             fast)
         if serving:
             finder.find_spec = self.server.find_spec

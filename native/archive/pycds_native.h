@@ -301,10 +301,8 @@ uint64_t pycds_keyed_hash(uint64_t key, const void *src, size_t n);
 /* serve.c: the served hit in C (pycds/finder.py).  pycds_serve_new appends
  * a server made of the Python objects in tuple args, over index ix (kept
  * alive by the caller); pycds_serve_use gives it the native handle once
- * open; pycds_serve_counters writes this process's served, replayed,
- * bytes served, load nanoseconds and bytes released to out[0..4]. */
+ * open.  (Its counters: in a bytearray of the caller's, see serve.c.) */
 int pycds_serve_new(uintptr_t args, pycds_index *ix, uintptr_t out_list);
 int pycds_serve_use(uintptr_t server, pycds_archive *a);
-void pycds_serve_counters(uint64_t *out);
 
 #endif /* PYCDS_NATIVE_H */

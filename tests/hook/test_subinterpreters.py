@@ -70,3 +70,18 @@ class TestSubinterpreters:
         share = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                            timeout=60)
         assert (share.rc, share.out, share.warnings()) == (plain.rc, plain.out, []), share
+
+    def test_a_subinterpreter_s_served_modules_are_not_the_main_s(self, tmp_path):
+        # stats() counts this interpreter's modules (pycds.finder's counters
+        # are each interpreter's): the C server's counters too.
+        (tmp_path / "prog.py").write_text(PROGRAM.replace(
+            "import json\n",
+            "import pycds\nprint('main', pycds.stats()['served'])\nimport json\n"))
+        img = str(tmp_path / "a.img")
+        dump = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
+        assert dump.rc == 0 and "main 0\n" in dump.out, dump
+        runs = [run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                           timeout=60, **env) for env in ({}, {"PYCDSVERBOSE": "1"})]
+        quiet, verbose = runs
+        assert verbose.rc == 0 and "main 0\n" in verbose.out, verbose
+        assert (quiet.rc, quiet.out) == (verbose.rc, verbose.out), quiet

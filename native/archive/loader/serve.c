@@ -24,8 +24,10 @@
 #include <structmember.h>
 #include <time.h>
 
-/* Counters of this process's served hits (pycds.finder.stats adds them). */
-static uint64_t n_served, n_replayed, bytes_served, load_ns, bytes_released;
+/* Counters of served hits (pycds.finder.stats adds them), in the bytearray
+ * pycds.finder._served_counts (each interpreter's, as pycds.finder's own
+ * counters are: a subinterpreter of 3.10/3.11 has its pycds.finder). */
+enum { N_SERVED, N_REPLAYED, BYTES_SERVED, LOAD_NS, BYTES_RELEASED, N_COUNTS };
 
 typedef struct {
     PyObject_HEAD
@@ -40,6 +42,7 @@ typedef struct {
     PyObject *plain_reduce;  /* pycds.finder._PlainReduce */
     PyObject *fix_filename;  /* _imp._fix_co_filename */
     PyObject *archive;       /* the Python _Archive */
+    PyObject *counts;        /* pycds.finder._served_counts (a bytearray) */
     PyTypeObject *code_type; /* its ArchivedCode type */
     pycds_index *ix;   /* the index (IndexFinder's, kept alive there) */
     pycds_archive *a;        /* the native handle, once open */
@@ -114,6 +117,7 @@ server_traverse(server *s, visitproc visit, void *arg)
     Py_VISIT(s->plain_reduce);
     Py_VISIT(s->fix_filename);
     Py_VISIT(s->archive);
+    Py_VISIT(s->counts);
     Py_VISIT((PyObject *)s->code_type);
     return 0;
 }
@@ -133,6 +137,7 @@ server_clear(server *s)
     Py_CLEAR(s->plain_reduce);
     Py_CLEAR(s->fix_filename);
     Py_CLEAR(s->archive);
+    Py_CLEAR(s->counts);
     Py_CLEAR(s->code_type);
     return 0;
 }
@@ -145,6 +150,19 @@ server_dealloc(server *s)
     server_clear(s);
     tp->tp_free((PyObject *)s);
     Py_DECREF(tp);
+}
+
+/* Add n to counter i of s (a bytearray too short: not counted). */
+static void
+count(server *s, int i, uint64_t n)
+{
+    if (s->counts != NULL && PyByteArray_GET_SIZE(s->counts) >= (Py_ssize_t)(N_COUNTS * 8)) {
+        uint64_t v;
+        char *at = PyByteArray_AS_STRING(s->counts) + 8 * i;
+        memcpy(&v, at, 8);
+        v += n;
+        memcpy(at, &v, 8);
+    }
 }
 
 /* Whether obj is true (any error: no). */
@@ -217,7 +235,7 @@ release_finished(server *s)
         if (PyErr_Occurred() || number > UINT32_MAX) {
             PyErr_Clear();
         } else if (pycds_archive_release_held(s->a, (uint32_t)number, &released) == PYCDS_OK) {
-            bytes_released += released;
+            count(s, BYTES_RELEASED, released);
         }
         Py_DECREF(last);
     }
@@ -256,7 +274,7 @@ verdict_spec(server *s, PyObject *fullname, PyObject *e)
         Py_CLEAR(spec);
         goto done;
     }
-    n_replayed++;
+    count(s, N_REPLAYED, 1);
     served_code *c = PyObject_GC_New(served_code, s->code_type);
     if (c == NULL) {
         Py_CLEAR(spec);
@@ -588,9 +606,9 @@ code_call(served_code *c, PyObject *args, PyObject *kw)
         Py_DECREF(pair);
     }
     Py_DECREF(spec);
-    n_served++;
-    load_ns += now_ns() - t0;
-    bytes_served += PyLong_AsUnsignedLongLong(c->chunk_len);
+    count(s, N_SERVED, 1);
+    count(s, LOAD_NS, now_ns() - t0);
+    count(s, BYTES_SERVED, PyLong_AsUnsignedLongLong(c->chunk_len));
     PyErr_Clear();
     return code;
 }
@@ -683,29 +701,30 @@ pycds_serve_new(uintptr_t args_obj, pycds_index *ix, uintptr_t out_list)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *args = (PyObject *)args_obj, *out = (PyObject *)out_list;
-    PyObject *f[12];
+    PyObject *f[13];
     int flags[4];
     int rc = PYCDS_E_ARG;
 
-    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 16 || !PyList_Check(out)
+    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 17 || !PyList_Check(out)
             || ix == NULL) {
         goto done;
     }
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 13; i++) {
         f[i] = PyTuple_GET_ITEM(args, i);
     }
     for (int i = 0; i < 4; i++) {
-        flags[i] = PyObject_IsTrue(PyTuple_GET_ITEM(args, 12 + i));
+        flags[i] = PyObject_IsTrue(PyTuple_GET_ITEM(args, 13 + i));
         if (flags[i] < 0) {
             rc = pycds_fail_python("server flags");
             goto done;
         }
     }
     /* (methods class, finder_slow, with_facts, release, ran, missed, ctx,
-     *  loader_type, spec_from, plain_reduce, fix_filename, archive,
+     *  loader_type, spec_from, plain_reduce, fix_filename, archive, counts,
      *  find_on, checked, release_mode, call_on) */
     if (!PyType_Check(f[0]) || !PyList_CheckExact(f[4]) || !PySet_Check(f[5])
-            || !PyTuple_CheckExact(f[6]) || PyTuple_GET_SIZE(f[6]) != 7) {
+            || !PyTuple_CheckExact(f[6]) || PyTuple_GET_SIZE(f[6]) != 7
+            || !PyByteArray_CheckExact(f[12])) {
         goto done;
     }
     if (make_types(f[0]) < 0) {
@@ -728,6 +747,7 @@ pycds_serve_new(uintptr_t args_obj, pycds_index *ix, uintptr_t out_list)
     s->plain_reduce = Py_NewRef(f[9]);
     s->fix_filename = Py_NewRef(f[10]);
     s->archive = Py_NewRef(f[11]);
+    s->counts = Py_NewRef(f[12]);
     s->code_type = (PyTypeObject *)Py_NewRef((PyObject *)code_type);
     s->ix = ix;
     s->a = NULL;
@@ -757,18 +777,4 @@ pycds_serve_use(uintptr_t server_obj, pycds_archive *a)
     }
     PyGILState_Release(g);
     return rc;
-}
-
-void
-pycds_serve_counters(uint64_t *out)
-{
-    /* (Read under the GIL that wrote them: the caller's cffi call holds
-     * none, so take it.) */
-    PyGILState_STATE g = PyGILState_Ensure();
-    out[0] = n_served;
-    out[1] = n_replayed;
-    out[2] = bytes_served;
-    out[3] = load_ns;
-    out[4] = bytes_released;
-    PyGILState_Release(g);
 }
