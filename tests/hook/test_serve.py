@@ -188,6 +188,59 @@ class TestAChangedDirectory:
         assert (share.rc, share.out, share.warnings()) == (plain.rc, plain.out, []), share
 
 
+PROGRAM_FINDER_PROG = """\
+import os, sys
+from importlib.machinery import PathFinder
+import importlib.util
+here = sys.path[0]
+sys.path.insert(1, os.path.join(here, "lib"))
+import json
+with open(os.path.join(here, f"later-{os.getpid()}.txt"), "w") as f:
+    f.write("x")
+if len(sys.argv) > 1:
+    class Program:
+        # The program's finder, put between pycds's and PathFinder: it
+        # answers for m, so plain import never lists a directory for it.
+        def find_spec(self, name, path=None, target=None):
+            if name == "m":
+                return importlib.util.spec_from_loader(name, self)
+        def create_module(self, spec):
+            return None
+        def exec_module(self, module):
+            module.WHERE = "program"
+    sys.meta_path.insert(sys.meta_path.index(PathFinder), Program())
+    listed = []
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "_fill_cache":
+            listed.append(frame.f_locals["self"].path)
+            if sys.argv[1] == "raise":
+                raise RuntimeError("raised while listing")
+        return None
+    sys.settrace(tracer)
+try:
+    import m
+    print("imported", m.WHERE)
+except RuntimeError as e:
+    print("raised", e)
+sys.settrace(None)
+if len(sys.argv) > 1:
+    print("listed", [os.path.relpath(p, here) for p in listed])
+"""
+
+
+class TestAFinderBeforePathFinder:
+    # A finder of the program's between pycds's and PathFinder answers
+    # first: no FileFinder of PathFinder's is asked, so no directory is
+    # listed (no _fill_cache for a trace function to see or raise in).
+    @pytest.mark.parametrize("how", ["trace", "raise"])
+    def test_no_directory_is_listed_for_it(self, tmp_path, how):
+        app, img = dumped_app(tmp_path, {"lib/m.py": "WHERE = 'lib'\n"}, PROGRAM_FINDER_PROG)
+        plain = run_python(["prog.py", how], cwd=app)
+        assert plain.out == "imported program\nlisted []\n", plain
+        share = run_python(["prog.py", how], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
+        assert (share.rc, share.out, share.warnings()) == (plain.rc, plain.out, []), share
+
+
 def test_the_c_path_is_off_where_verbose(tmp_path):
     prog = textwrap.dedent("""
         import json, sys

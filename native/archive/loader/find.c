@@ -1007,9 +1007,15 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
                                    PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH))) {
         return 0;
     }
-    int r = replays(entry, facts, nsteps, path, ctx, fill);
-    return r <= 0 ? r
-           : PyTuple_GET_ITEM(ctx, 6) == Py_None || serving_stock(PyTuple_GET_ITEM(ctx, 6));
+    /* The import system's parts before the search: where a finder of the
+     * program's stands before PathFinder, or a search method is the
+     * program's, plain import may never ask a FileFinder of PathFinder's,
+     * so replays() may not read a directory's listing either (fill: it
+     * runs _fill_cache, which a trace function sees, and may raise in). */
+    if (PyTuple_GET_ITEM(ctx, 6) != Py_None && !serving_stock(PyTuple_GET_ITEM(ctx, 6))) {
+        return 0;
+    }
+    return replays(entry, facts, nsteps, path, ctx, fill);
 }
 
 /* ---- the entry point --------------------------------------------------- */
