@@ -447,20 +447,39 @@ class TestDescriptorsClosedByTheProgram:
         print(json.dumps([1]), decimal.Decimal("1.5") + 1, fractions.Fraction(2, 4))
         """)
 
+    WARNING = "[pycds] warning: archive {} ignored: the program closed its file descriptor"
+
     @pytest.mark.parametrize("reuse", [0, 8])
     def test_said_as_it_is(self, tmp_path, reuse):
+        # Loads read on the importing thread (no read-ahead): decimal's is
+        # the first read after the closing.
         (tmp_path / "app.py").write_text(self.APP)
         img = str(tmp_path / "a.img")
         args = ["app.py", str(reuse)]
         assert run_python(args, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
         plain = run_python(args, cwd=tmp_path)
         r = run_python(args, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
-                       PYCDSVERBOSE=1)
+                       PYCDSVERBOSE=1, PYCDSPREFETCH=0)
         assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "[1] 2.5 1/2\n"), r
         assert "json" in r.served() and "decimal" not in r.served(), r
         warning, = r.warnings()
-        assert warning == (f"[pycds] warning: archive {img} ignored: "
-                           "the program closed its file descriptor"), r
+        assert warning == self.WARNING.format(img), r
+
+    def test_what_was_read_before_is_served_then_one_warning(self, tmp_path):
+        # With the read-ahead thread, modules it read (and checked) before
+        # the closing may still be served; after the warning none is.
+        (tmp_path / "app.py").write_text(self.APP)
+        img = str(tmp_path / "a.img")
+        args = ["app.py", "8"]
+        assert run_python(args, cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+        r = run_python(args, cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                       PYCDSVERBOSE=1)
+        assert (r.rc, r.out) == (0, "[1] 2.5 1/2\n"), r
+        lines = r.err.splitlines()
+        warned = [i for i, line in enumerate(lines) if line.startswith("[pycds] warning")]
+        assert [lines[i] for i in warned] in ([], [self.WARNING.format(img)]), r
+        if warned:
+            assert not any(line.startswith("[pycds] served") for line in lines[warned[0]:]), r
 
 
 class TestTheProgramsDescriptors:

@@ -32,7 +32,7 @@ enum { N_SERVED, N_REPLAYED, BYTES_SERVED, LOAD_NS, BYTES_RELEASED, N_COUNTS };
 typedef struct {
     PyObject_HEAD
     PyObject *finder_slow;   /* the finder's Python find_spec (bound) */
-    PyObject *with_facts;    /* the finder's _find_spec (bound): facts given */
+    PyObject *with_facts;    /* the same, called with the facts (4 arguments) */
     PyObject *release;       /* _Archive.release_finished (bound) */
     PyObject *ran;           /* _Archive.ran: (entry, spec) pairs */
     PyObject *missed;        /* pycds.finder.missed */
@@ -323,6 +323,11 @@ server_find_spec(server *s, PyObject *const *args, size_t nargsf, PyObject *kwna
     PyObject *out, *r;
     int rc;
 
+    if (s->finder_slow == NULL) {
+        /* (Cleared by the collector, the finder with it: a finalizer of
+         * that cycle importing.) */
+        Py_RETURN_NONE;
+    }
     if (!s->find_on || s->a == NULL || kwnames != NULL || nargs < 1 || nargs > 3
             || !PyUnicode_CheckExact(args[0])) {
         return call_at_callers_depth(s->finder_slow, args, nargs, kwnames);
