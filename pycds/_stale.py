@@ -1,9 +1,10 @@
 """The line a SHARE run prints at exit when its archive has gone stale.
 
-Modules edited, upgraded or moved since the dump are imported plainly, one
-by one and silently (``python -m pycds verify`` lists them); once they are
-a noticeable share of what the run imported from the archive, the run says
-so, once for its process tree (the process that began it), on stderr.
+Modules edited, upgraded, moved or shadowed by a new file since the dump
+are imported plainly, one by one and silently (``python -m pycds verify``
+lists them); once they are a noticeable share of what the run imported
+from the archive, the run says so, once for its process tree (the process
+that began it), on stderr.
 """
 
 from . import _log
@@ -22,5 +23,5 @@ def report(n_stale, n_served, archive):
         return
     _log.warning(
         f"{n_stale} of the {total} archived modules this run imported were stale "
-        f"(changed since the dump) and imported plainly; dump again "
+        f"(changed, or shadowed by a new file, since the dump) and imported plainly; dump again "
         f"(PYCDSMODE=DUMP), or run with PYCDSMODE=AUTO, which keeps {archive} current")
