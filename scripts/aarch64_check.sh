@@ -150,6 +150,21 @@ in_chroot() {
 in_chroot /usr/bin/python3 -c 'import platform, sys; assert platform.machine() == "aarch64", platform.machine()' \
     || die 2 "the chroot's python3 does not run as aarch64"
 
+# CPython's own tests (tests/reliability/test_cpython_regrtest.py runs
+# test_json, test_code and test_dis): Debian ships them apart, in
+# libpython3.X-testsuite.
+PYV=$(in_chroot /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if ! in_chroot /usr/bin/python3 -c 'import test.test_json' >/dev/null 2>&1; then
+    say "installing libpython$PYV-testsuite (CPython's own tests)"
+    APT="PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive apt-get -y -qq"
+    # shellcheck disable=SC2086  ($APT: words on purpose)
+    if ! in_chroot $APT install --no-install-recommends "libpython$PYV-testsuite" >/dev/null 2>&1; then
+        in_chroot $APT update >/dev/null 2>&1 || true
+        in_chroot $APT install --no-install-recommends "libpython$PYV-testsuite" >/dev/null 2>&1 \
+            || say "libpython$PYV-testsuite did not install: test_cpython_regrtest.py will skip"
+    fi
+fi
+
 # ---- the repository, copied fresh: tracked and untracked files -----------
 say "copying the working tree of $REPO"
 rm -rf "$ROOT$SRC"
