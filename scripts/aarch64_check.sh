@@ -9,15 +9,19 @@
 # program importing json, argparse, email, decimal, and flask where it
 # installs) under each page size of $PYCDS_ARM64_PAGES (4, 16 and 64 KiB
 # by default: qemu-user's QEMU_PAGESIZE, as aarch64 kernels use 4, 16 or
-# 64 KiB pages).  Each page size: a plain run, a DUMP run and two SHARE
+# 64 KiB pages).  Each page size: a plain run, a DUMP run, two SHARE
 # runs (PYCDSRELEASE=1, the default that gives pages back, and =protect)
-# must print the same stdout, and SHARE must serve the program's modules
-# without a warning.
+# and two AUTO runs (one writes the archive, one is served) must print the
+# same stdout, and SHARE and AUTO must serve the program's modules without
+# a warning.
 #
 # Usage (as root: chroot, mount):
 #     scripts/aarch64_check.sh [CHROOT_DIR]
 # CHROOT_DIR (or $PYCDS_ARM64_ROOT) defaults to /tmp/pycds-arm64; it is made
 # once (debootstrap, a few minutes) and reused after.  Optional:
+#     PYCDS_ARM64_SUITE=trixie           another Debian release (bookworm by
+#                                        default: CPython 3.11; trixie has
+#                                        3.13), in /tmp/pycds-arm64-SUITE
 #     PYCDS_ARM64_PAGES="4096 65536"     page sizes to check
 #     PYCDS_ARM64_TESTS="tests/native/test_pagesize.py tests/hook -x"
 #                                        pytest arguments, run in the chroot
@@ -27,7 +31,9 @@
 # a few minutes to make the chroot plus a few to build pycds there.
 # The venv gets the test extras of pyproject.toml as wheels (numpy, flask,
 # boto3, safetensors, ...: tests/hook/test_demo.py and test_realapp.py run
-# them).  The chroot's directory is bind-mounted on itself for the run, so
+# them), and the chroot Debian's libpython3.X-testsuite (CPython's own
+# tests: tests/reliability/test_cpython_regrtest.py runs three of them).
+# The chroot's directory is bind-mounted on itself for the run, so
 # that its / is a mount point: tests that make a read-only bind mount in a
 # namespace of their own (`unshare -m --propagation private`) need that.
 #
@@ -38,10 +44,14 @@ set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
-ROOT=${1:-${PYCDS_ARM64_ROOT:-/tmp/pycds-arm64}}
+SUITE=${PYCDS_ARM64_SUITE:-bookworm}
+if [ "$SUITE" = bookworm ]; then
+    ROOT=${1:-${PYCDS_ARM64_ROOT:-/tmp/pycds-arm64}}
+else
+    ROOT=${1:-${PYCDS_ARM64_ROOT:-/tmp/pycds-arm64-$SUITE}}
+fi
 PAGES=${PYCDS_ARM64_PAGES:-4096 16384 65536}
 TESTS=${PYCDS_ARM64_TESTS:-}
-SUITE=bookworm
 MIRROR=${PYCDS_ARM64_MIRROR:-http://deb.debian.org/debian}
 WHEELS_OUT=${PYCDS_ARM64_WHEELS:-}
 VENV=/opt/pycds-venv          # inside the chroot
@@ -100,7 +110,9 @@ if [ ! -x "$ROOT/usr/bin/python3" ] || [ ! -x "$ROOT/usr/bin/gcc" ]; then
         "$SUITE" "$ROOT" "$MIRROR" > "$ROOT.debootstrap.log" 2>&1 \
         || die 2 "debootstrap failed: see $ROOT.debootstrap.log"
 else
-    say "reusing the chroot in $ROOT"
+    have=$(. "$ROOT/etc/os-release" 2>/dev/null && echo "${VERSION_CODENAME:-}")
+    [ "$have" = "$SUITE" ] || die 2 "$ROOT holds Debian ${have:-?}, not $SUITE: pick another directory"
+    say "reusing the chroot in $ROOT ($SUITE)"
 fi
 
 # What pip needs to reach the registry from inside.
@@ -134,7 +146,11 @@ if ! mountpoint -q "$ROOT"; then
         say "cannot bind-mount $ROOT on itself: tests that need a read-only bind mount will fail"
     fi
 fi
-if ! mountpoint -q "$ROOT/proc"; then
+# Whether a proc is there to be seen, not `mountpoint`: that reads the
+# mount table, which still lists a proc mounted on $ROOT/proc before the
+# bind mount above hid it (the chroot then had an empty /proc, and every
+# archive write failed on /proc/self/fd).
+if [ ! -e "$ROOT/proc/self/fd" ]; then
     mount -t proc proc "$ROOT/proc" || die 2 "cannot mount proc in $ROOT"
     MOUNTED=1
 fi
