@@ -6,11 +6,13 @@ checkout's root, where ``pycds/`` would shadow the installed package)::
     python scripts/roundtrip.py
 
 The program imports json, argparse, email, decimal (and flask when it is
-installed) and prints what it made of them.  A plain run, a DUMP run and two
+installed) and prints what it made of them.  A plain run, a DUMP run, two
 SHARE runs (``PYCDSRELEASE=1``, the default that gives pages back, and
-``protect``, which makes them inaccessible) must print the same stdout, and
-each SHARE run must serve the program's modules (``[pycds] served NAME`` on
-stderr under ``PYCDSVERBOSE=1``) without a warning.  Prints one line per
+``protect``, which makes them inaccessible) and two AUTO runs (the first
+writes an archive of its own at exit, the second is served from it) must
+print the same stdout, and each SHARE run and the second AUTO run must serve
+the program's modules (``[pycds] served NAME`` on stderr under
+``PYCDSVERBOSE=1``) without a warning.  Prints one line per
 SHARE run and a verdict; exit status 0 when all of it holds, else 1.  Used by
 ``scripts/aarch64_check.sh`` (in the arm64 chroot), by the cibuildwheel
 test-command in pyproject.toml and by ``tests/test_wheel.py``.
@@ -83,13 +85,22 @@ def check(work):
         runs["SHARE release=" + release] = run(prog, work, PYCDSMODE="SHARE",
                                                PYCDSARCHIVE=archive, PYCDSVERBOSE="1",
                                                PYCDSRELEASE=release)
-    failed = []
+    # AUTO: the first run finds no archive and writes one at exit, the
+    # second is served from it.
+    auto = os.path.join(work, "auto.img")
+    runs["AUTO first"] = run(prog, work, PYCDSMODE="AUTO", PYCDSARCHIVE=auto)
+    if not os.path.exists(auto):
+        failed = [f"AUTO first: wrote no archive: {runs['AUTO first'].stderr[-2000:]}"]
+    else:
+        failed = []
+    runs["AUTO second"] = run(prog, work, PYCDSMODE="AUTO", PYCDSARCHIVE=auto,
+                              PYCDSVERBOSE="1")
     for name, r in runs.items():
         if r.returncode != 0:
             failed.append(f"{name}: exit {r.returncode}: {r.stderr[-2000:]}")
         elif r.stdout != runs["plain"].stdout:
             failed.append(f"{name}: stdout differs from the plain run's:\n{r.stdout[-2000:]}")
-        if name.startswith("SHARE"):
+        if name.startswith("SHARE") or name == "AUTO second":
             served = served_modules(r.stderr)
             warned = [line for line in r.stderr.splitlines()
                       if line.startswith("[pycds] warning")]
@@ -99,7 +110,7 @@ def check(work):
                 failed.append(f"{name}: not served: {sorted(want - served)}")
             print(f"page {page}: {name}: {len(served)} modules served")
     if not failed:
-        print(f"page {page}: ok: plain, DUMP and SHARE print the same "
+        print(f"page {page}: ok: plain, DUMP, SHARE and AUTO print the same "
               f"({len(runs['plain'].stdout)} bytes); served {sorted(want)}")
     return failed
 

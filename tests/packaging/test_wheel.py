@@ -6,8 +6,8 @@ installs it into a fresh venv with ``pip --only-binary=:all:`` and a PATH
 that holds no compiler, checks that ``pycds.pth`` landed in site-packages,
 that both native modules load and that the bf16 kernels' CPU detection
 finds what the interpreter's own pycds finds, then runs
-``scripts/roundtrip.py`` there: plain, DUMP and SHARE runs of a small
-program print the same and SHARE serves its modules.  Without
+``scripts/roundtrip.py`` there: plain, DUMP, SHARE and AUTO runs of a
+small program print the same, and SHARE and AUTO serve its modules.  Without
 ``PYCDS_WHEELHOUSE`` the test skips and says how to run it; with it, a
 missing wheel for this interpreter fails.
 """
@@ -117,4 +117,4 @@ def test_wheel_installs_and_serves_without_a_compiler(tmp_path):
                           capture_output=True, text=True, timeout=600)
     out = trip.stdout + trip.stderr
     assert trip.returncode == 0, out
-    assert "ok: plain, DUMP and SHARE print the same" in out, out
+    assert "ok: plain, DUMP, SHARE and AUTO print the same" in out, out
