@@ -407,11 +407,12 @@ class _Opener:
 
     def open(self, first=None):
         """pycds.finder's finder, installed in this one's place on first
-        call (``first``: the name being imported); None if the archive cannot be used (after one warning), while
-        this thread opens it (pycds's own imports) or another one does: that
-        wait lasts :data:`OPEN_WAIT_S` once, then imports are plain ones
-        until the archive is open (the opening thread may be waiting, through
-        a module lock, for the import of the waiting one)."""
+        call (``first``: the name being imported); None if the archive
+        cannot be used (after one warning), while this thread opens it
+        (pycds's own imports) or another one does: that wait lasts
+        :data:`OPEN_WAIT_S` once, then imports are plain ones until the
+        archive is open (the opening thread may be waiting, through a
+        module lock, for the import of the waiting one)."""
         if self.done:
             return self.finder
         me = _thread.get_ident()

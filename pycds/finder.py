@@ -220,8 +220,7 @@ class _Archive:
         # (The finder's Python find_spec, for what the server does not serve.)
         slow = CDSFinder.find_spec.__get__(finder) if finder is not None else None
         self.server, self.code_type = N.serve(
-            (ArchivedCode, slow, slow,
-             self.release_finished, self.ran, missed, fast._ctx,
+            (ArchivedCode, slow, self.release_finished, self.ran, missed, fast._ctx,
              SourceFileLoader, spec_from_file_location, _PlainReduce, _fix_co_filename,
              self, _served_counts, serving, self.check != "unchecked",
              bool(self.release_mode), not _verbose),

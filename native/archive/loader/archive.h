@@ -255,6 +255,21 @@ size_t pycds_object_size(PyObject *op, uint64_t avail);
 #define PYCDS_FD_CEILING 4096
 int pycds_fd_place(int fd);
 
+/* Fields of an index entry's tuple (pycds/_archive.py ModuleEntry.__slots__),
+ * as find.c reads it and serve.c builds a spec from it. */
+#define ENTRY_FIELDS 21
+#define ENTRY_NUMBER 0
+#define ENTRY_NAME 1
+#define ENTRY_ORIGIN 2
+#define ENTRY_MTIME_NS 5
+#define ENTRY_SIZE 6
+#define ENTRY_PYC_PATH 8
+#define ENTRY_PYC_KIND 9
+#define ENTRY_PYC_MTIME_NS 10
+#define ENTRY_PYC_SIZE 11
+#define ENTRY_CHUNK_LEN 14
+#define ENTRY_SEARCH 20
+
 /* find.c: pycds_index_hit for callers holding the GIL (serve.c), which
  * also lets a FileFinder read its directory's listing again as its
  * find_spec would (PYCDS_E_PYTHON with the exception set where that

@@ -22,17 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Fields of an entry tuple (pycds/_archive.py ModuleEntry.__slots__). */
-#define ENTRY_FIELDS 21
-#define ENTRY_NAME 1
-#define ENTRY_ORIGIN 2
-#define ENTRY_MTIME_NS 5
-#define ENTRY_SIZE 6
-#define ENTRY_PYC_PATH 8
-#define ENTRY_PYC_KIND 9
-#define ENTRY_PYC_MTIME_NS 10
-#define ENTRY_PYC_SIZE 11
-#define ENTRY_SEARCH 20
 #define EMPTY_BUCKET 0xFFFFFFFFu
 #define ENTRY_READ 1024           /* pycds/_archive.py _ENTRY_READ */
 #define NAME_KEY 0x50594344534e4dULL   /* pycds/_archive.py _NAME_KEY */

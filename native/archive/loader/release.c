@@ -267,16 +267,11 @@ dead(pycds_archive *a, uint64_t lo, uint64_t hi)
     return give_back(a, first * pg, (last + 1) * pg);
 }
 
-static int release_held(pycds_archive *a, uint32_t module_no, uint64_t *released);
-
 int
 pycds_archive_release(pycds_archive *a, uint32_t module_no, uint64_t *released)
 {
-    if (a == NULL || released == NULL) {
-        return pycds_fail(PYCDS_E_ARG, "bad archive_release arguments");
-    }
     PyGILState_STATE g = PyGILState_Ensure();
-    int rc = release_held(a, module_no, released);
+    int rc = pycds_archive_release_held(a, module_no, released);
     PyGILState_Release(g);
     return rc;
 }
@@ -290,12 +285,6 @@ pycds_archive_release_held(pycds_archive *a, uint32_t module_no, uint64_t *relea
     if (a == NULL || released == NULL) {
         return pycds_fail(PYCDS_E_ARG, "bad archive_release arguments");
     }
-    return release_held(a, module_no, released);
-}
-
-static int
-release_held(pycds_archive *a, uint32_t module_no, uint64_t *released)
-{
     *released = 0;
     if (module_no >= a->nmodules) {
         return pycds_fail(PYCDS_E_CORRUPT, "module number %u out of range",

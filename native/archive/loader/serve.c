@@ -10,7 +10,7 @@
  * the loader's get_code an ArchivedCode (type made here, methods from the
  * Python class pycds.finder.ArchivedCode) whose call loads the archived
  * code object.  Whatever the verdict does not take, and every failure,
- * goes to the Python side unchanged (the finder's _find_spec, the
+ * goes to the Python side unchanged (the finder's Python find_spec, the
  * ArchivedCode's _call_py / _failed), which judges and warns as before:
  * the rules stay written once, in Python, and this path only takes the
  * case where they all hold (tests/hook/test_serve.py runs both on the same
@@ -31,8 +31,8 @@ enum { N_SERVED, N_REPLAYED, BYTES_SERVED, LOAD_NS, BYTES_RELEASED, N_COUNTS };
 
 typedef struct {
     PyObject_HEAD
-    PyObject *finder_slow;   /* the finder's Python find_spec (bound) */
-    PyObject *with_facts;    /* the same, called with the facts (4 arguments) */
+    PyObject *finder_slow;   /* the finder's Python find_spec (bound); a 4th
+                              * argument gives it the facts gathered here */
     PyObject *release;       /* _Archive.release_finished (bound) */
     PyObject *ran;           /* _Archive.ran: (entry, spec) pairs */
     PyObject *missed;        /* pycds.finder.missed */
@@ -107,7 +107,6 @@ server_traverse(server *s, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(s));
     Py_VISIT(s->finder_slow);
-    Py_VISIT(s->with_facts);
     Py_VISIT(s->release);
     Py_VISIT(s->ran);
     Py_VISIT(s->missed);
@@ -127,7 +126,6 @@ server_clear(server *s)
 {
     s->find_on = s->call_on = 0;
     Py_CLEAR(s->finder_slow);
-    Py_CLEAR(s->with_facts);
     Py_CLEAR(s->release);
     Py_CLEAR(s->ran);
     Py_CLEAR(s->missed);
@@ -241,13 +239,15 @@ release_finished(server *s)
     }
 }
 
+static PyObject *code_make(PyTypeObject *tp, PyObject *const *fields);
+
 /* The spec of a native verdict for entry tuple e: _verdict_spec's, built
  * here (a new reference, or NULL with an exception). */
 static PyObject *
 verdict_spec(server *s, PyObject *fullname, PyObject *e)
 {
-    PyObject *origin = PyTuple_GET_ITEM(e, 2);
-    PyObject *search = PyTuple_GET_ITEM(e, 20);
+    PyObject *origin = PyTuple_GET_ITEM(e, ENTRY_ORIGIN);
+    PyObject *search = PyTuple_GET_ITEM(e, ENTRY_SEARCH);
     PyObject *pkg_dir, *loader = NULL, *locs = NULL, *spec = NULL, *code = NULL;
     PyObject *reduce = NULL, *pair = NULL, *dict = NULL;
 
@@ -270,25 +270,20 @@ verdict_spec(server *s, PyObject *fullname, PyObject *e)
     }
     PyObject *sargs[4] = {fullname, origin, loader, locs};
     spec = PyObject_Vectorcall(s->spec_from, sargs, 2, s_kwnames);
-    if (spec == NULL || PyObject_SetAttr(spec, s_cached, PyTuple_GET_ITEM(e, 8)) < 0) {
+    if (spec == NULL
+            || PyObject_SetAttr(spec, s_cached, PyTuple_GET_ITEM(e, ENTRY_PYC_PATH)) < 0) {
         Py_CLEAR(spec);
         goto done;
     }
     count(s, N_REPLAYED, 1);
-    served_code *c = PyObject_GC_New(served_code, s->code_type);
-    if (c == NULL) {
+    PyObject *fields[7] = {(PyObject *)s, loader, fullname,
+                           PyTuple_GET_ITEM(e, ENTRY_NUMBER), PyTuple_GET_ITEM(e, ENTRY_CHUNK_LEN),
+                           PyTuple_GET_ITEM(e, ENTRY_MTIME_NS), PyTuple_GET_ITEM(e, ENTRY_SIZE)};
+    code = code_make(s->code_type, fields);
+    if (code == NULL) {
         Py_CLEAR(spec);
         goto done;
     }
-    c->srv = (server *)Py_NewRef(s);
-    c->loader = Py_NewRef(loader);
-    c->name = Py_NewRef(fullname);
-    c->number = Py_NewRef(PyTuple_GET_ITEM(e, 0));
-    c->chunk_len = Py_NewRef(PyTuple_GET_ITEM(e, 14));
-    c->mtime_ns = Py_NewRef(PyTuple_GET_ITEM(e, 5));
-    c->size = Py_NewRef(PyTuple_GET_ITEM(e, 6));
-    PyObject_GC_Track(c);
-    code = (PyObject *)c;
     pair = PyTuple_Pack(2, fullname, origin);
     if (pair == NULL) {
         Py_CLEAR(spec);
@@ -370,7 +365,7 @@ server_find_spec(server *s, PyObject *const *args, size_t nargsf, PyObject *kwna
     }
     PyObject *fargs[4] = {args[0], nargs > 1 ? args[1] : Py_None,
                           nargs > 2 ? args[2] : Py_None, out};
-    r = call_at_callers_depth(s->with_facts, fargs, 4, NULL);
+    r = call_at_callers_depth(s->finder_slow, fargs, 4, NULL);
     Py_DECREF(out);
     return r;
 }
@@ -460,17 +455,26 @@ code_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "ArchivedCode: not a server");
         return NULL;
     }
+    PyObject *fields[7] = {srv, f[0], f[1], f[2], f[3], f[4], f[5]};
+    return code_make(tp, fields);
+}
+
+/* A new ArchivedCode of type tp: fields are its server, loader, name,
+ * number, chunk_len, mtime_ns and size (a new reference, or NULL). */
+static PyObject *
+code_make(PyTypeObject *tp, PyObject *const *fields)
+{
     served_code *c = (served_code *)tp->tp_alloc(tp, 0);
     if (c == NULL) {
         return NULL;
     }
-    c->srv = (server *)Py_NewRef(srv);
-    c->loader = Py_NewRef(f[0]);
-    c->name = Py_NewRef(f[1]);
-    c->number = Py_NewRef(f[2]);
-    c->chunk_len = Py_NewRef(f[3]);
-    c->mtime_ns = Py_NewRef(f[4]);
-    c->size = Py_NewRef(f[5]);
+    c->srv = (server *)Py_NewRef(fields[0]);
+    c->loader = Py_NewRef(fields[1]);
+    c->name = Py_NewRef(fields[2]);
+    c->number = Py_NewRef(fields[3]);
+    c->chunk_len = Py_NewRef(fields[4]);
+    c->mtime_ns = Py_NewRef(fields[5]);
+    c->size = Py_NewRef(fields[6]);
     return (PyObject *)c;
 }
 
@@ -706,30 +710,30 @@ pycds_serve_new(uintptr_t args_obj, pycds_index *ix, uintptr_t out_list)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *args = (PyObject *)args_obj, *out = (PyObject *)out_list;
-    PyObject *f[13];
+    PyObject *f[12];
     int flags[4];
     int rc = PYCDS_E_ARG;
 
-    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 17 || !PyList_Check(out)
+    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 16 || !PyList_Check(out)
             || ix == NULL) {
         goto done;
     }
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < 12; i++) {
         f[i] = PyTuple_GET_ITEM(args, i);
     }
     for (int i = 0; i < 4; i++) {
-        flags[i] = PyObject_IsTrue(PyTuple_GET_ITEM(args, 13 + i));
+        flags[i] = PyObject_IsTrue(PyTuple_GET_ITEM(args, 12 + i));
         if (flags[i] < 0) {
             rc = pycds_fail_python("server flags");
             goto done;
         }
     }
-    /* (methods class, finder_slow, with_facts, release, ran, missed, ctx,
-     *  loader_type, spec_from, plain_reduce, fix_filename, archive, counts,
-     *  find_on, checked, release_mode, call_on) */
-    if (!PyType_Check(f[0]) || !PyList_CheckExact(f[4]) || !PySet_Check(f[5])
-            || !PyTuple_CheckExact(f[6]) || PyTuple_GET_SIZE(f[6]) != 7
-            || !PyByteArray_CheckExact(f[12])) {
+    /* (methods class, finder_slow, release, ran, missed, ctx, loader_type,
+     *  spec_from, plain_reduce, fix_filename, archive, counts, find_on,
+     *  checked, release_mode, call_on) */
+    if (!PyType_Check(f[0]) || !PyList_CheckExact(f[3]) || !PySet_Check(f[4])
+            || !PyTuple_CheckExact(f[5]) || PyTuple_GET_SIZE(f[5]) != 7
+            || !PyByteArray_CheckExact(f[11])) {
         goto done;
     }
     if (make_types(f[0]) < 0) {
@@ -742,17 +746,16 @@ pycds_serve_new(uintptr_t args_obj, pycds_index *ix, uintptr_t out_list)
         goto done;
     }
     s->finder_slow = Py_NewRef(f[1]);
-    s->with_facts = Py_NewRef(f[2]);
-    s->release = Py_NewRef(f[3]);
-    s->ran = Py_NewRef(f[4]);
-    s->missed = Py_NewRef(f[5]);
-    s->ctx = Py_NewRef(f[6]);
-    s->loader_type = Py_NewRef(f[7]);
-    s->spec_from = Py_NewRef(f[8]);
-    s->plain_reduce = Py_NewRef(f[9]);
-    s->fix_filename = Py_NewRef(f[10]);
-    s->archive = Py_NewRef(f[11]);
-    s->counts = Py_NewRef(f[12]);
+    s->release = Py_NewRef(f[2]);
+    s->ran = Py_NewRef(f[3]);
+    s->missed = Py_NewRef(f[4]);
+    s->ctx = Py_NewRef(f[5]);
+    s->loader_type = Py_NewRef(f[6]);
+    s->spec_from = Py_NewRef(f[7]);
+    s->plain_reduce = Py_NewRef(f[8]);
+    s->fix_filename = Py_NewRef(f[9]);
+    s->archive = Py_NewRef(f[10]);
+    s->counts = Py_NewRef(f[11]);
     s->code_type = (PyTypeObject *)Py_NewRef((PyObject *)code_type);
     s->ix = ix;
     s->a = NULL;
