@@ -52,7 +52,7 @@ import time
 
 try:
     from pycds import _archive
-    from pycds._bench import interleave, median as _med, ratio as _ratio, run as _run
+    from pycds.cli.bench import interleave, median as _med, ratio as _ratio, run as _run
 except ImportError as e:
     sys.exit(f"benchmarks/bench.py needs pycds installed in this interpreter: {e}")
 

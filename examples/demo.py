@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 
-from pycds._bench import interleave, median, ratio, run
+from pycds.cli.bench import interleave, median, ratio, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "service.py")

@@ -114,7 +114,7 @@ def startup(runs):
     import shutil
     import tempfile
 
-    from pycds._bench import interleave, median, ratio, run
+    from pycds.cli.bench import interleave, median, ratio, run
 
     work = tempfile.mkdtemp(prefix="pycds-embed-")
     archive = os.path.join(work, "embed.img")

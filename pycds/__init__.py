@@ -22,225 +22,14 @@ import sys
 
 import _frozen_importlib_external as _bootstrap_external
 
-__version__ = "0.1.0"
+# (First: what the import system is as pycds starts, before the program
+# can replace any of it.)
+from ._config import imported_by_interpreter, is_hook_module, is_main_interpreter
+from ._config import __version__
+
 __all__ = ["dump", "start", "stats", "_dump", "__version__"]
 
 _started = False
-
-
-_MISSING = object()
-
-
-def _dicts(obj):
-    # Where an attribute of ``obj`` is stored, in lookup order: the dicts of
-    # its MRO's classes (a class), its dict (a module).  Looking a name up
-    # there runs no descriptor and no comparison of a program's.
-    return [cls.__dict__ for cls in obj.__mro__] if type(obj) is type else [obj.__dict__]
-
-
-# What SourceLoader.get_code makes a module's code with, as a program may
-# replace them: the methods it calls on the loader, the functions that name,
-# check and unmarshal a .pyc; as (object, name, value) triples, the values
-# as they were when pycds started (imported from the .pth line, before the
-# program runs; by the program when it uses the API: getattr then finds
-# what is stored, plain functions).  Compared by identity with what is
-# stored now (:func:`_dicts`), here and by the native verdict
-# (pycds._nativeapi.IndexFinder's ``serving``; find.c, stored()).
-_STOCK_LOADER_ATTRS = tuple(
-    (obj, name, getattr(obj, name, _MISSING))
-    for obj, names in ((_bootstrap_external.SourceFileLoader,
-                        ("get_code", "source_to_code", "get_data", "path_stats")),
-                       (_bootstrap_external,
-                        ("_compile_bytecode", "cache_from_source", "_classify_pyc",
-                         "_validate_timestamp_pyc")),
-                       (_bootstrap_external.marshal, ("loads",)),
-                       (_bootstrap_external._imp, ("_fix_co_filename",)))
-    for name in names)
-_LOADER_MRO = _bootstrap_external.SourceFileLoader.__mro__
-_loader_chains = None
-
-
-def _chains():
-    # _STOCK_LOADER_ATTRS as loader_patched() checks them: for each, the
-    # dicts before the one holding the stock value (where a value of the
-    # program's would shadow it), that one, the name and the value.  Made
-    # at the first check; None (not kept) where a stock value is stored
-    # nowhere any more.
-    global _loader_chains
-    chains = []
-    for obj, name, stock in _STOCK_LOADER_ATTRS:
-        before = []
-        for d in _dicts(obj):
-            if d.get(name, _MISSING) is stock:
-                chains.append((tuple(before), d, name, stock))
-                break
-            before.append(d)
-        else:
-            return None
-    _loader_chains = tuple(chains)
-    return _loader_chains
-
-
-def loader_patched():
-    """Whether the program has replaced a part of the stock
-    ``SourceFileLoader`` that plain import's ``get_code`` uses (a
-    ``source_to_code`` that rewrites code, say; a wrapper around
-    ``get_code`` that an APM agent installs): code made or archived then is
-    not what the stock loader makes, so pycds neither archives nor serves
-    it.  The stock parts are those pycds started with, compared by identity
-    where they are stored (:func:`_dicts`: no descriptor runs)."""
-    if _bootstrap_external.SourceFileLoader.__mro__ is not _LOADER_MRO:
-        return True
-    chains = _loader_chains or _chains()
-    if chains is None:
-        return True
-    for before, holder, name, stock in chains:
-        for d in before:
-            if name in d:
-                return True
-        if holder.get(name, _MISSING) is not stock:
-            return True
-    return False
-
-
-# The methods of plain import's search whose answer pycds replays
-# (pycds._search, native/archive/loader/find.c), as pycds started with them:
-# a program that replaces one gets it called.
-_STOCK_SEARCH = tuple(
-    (cls, name, cls.__dict__.get(name))     # (None: inherited)
-    for cls, names in ((_bootstrap_external.PathFinder,
-                        ("find_spec", "_get_spec", "_path_importer_cache")),
-                       (_bootstrap_external.FileFinder,
-                        ("find_spec", "_get_spec", "_fill_cache", "__getattribute__")))
-    for name in names)
-# The functions FileFinder.find_spec calls (importlib/_bootstrap_external.py,
-# 3.10-3.13), as (module, name, value) triples compared as
-# _STOCK_LOADER_ATTRS are (a module's attribute is stored in its dict).
-_STOCK_SEARCH_FUNCS = tuple(
-    (_bootstrap_external, name, getattr(_bootstrap_external, name, _MISSING))
-    for name in ("_path_stat", "_path_join", "_path_isfile", "_path_isdir", "_relax_case"))
-
-
-def _hook_parts():
-    # What importlib's own path hooks run for a directory (PathFinder's
-    # _path_hooks, zipimporter's and FileFinder's constructors, the stat
-    # helpers they call, the working directory for '': importlib/
-    # _bootstrap_external.py and zipimport.py, 3.10-3.13), as a program
-    # may replace them.
-    b = _bootstrap_external
-    zipimporter = getattr(sys.modules.get("zipimport"), "zipimporter", None)
-    return (b.PathFinder.__dict__.get("_path_hooks"), b.FileFinder.__dict__.get("__init__"),
-            b.FileFinder.__dict__.get("__new__"),
-            zipimporter, getattr(zipimporter, "__init__", None),
-            b._path_isdir, b._path_stat, b._path_is_mode_type, b._os.getcwd)
-
-
-_STOCK_HOOKS = _hook_parts()
-
-
-def _file_finder_hooks():
-    # The closures FileFinder.path_hook made for FileFinder itself in
-    # sys.path_hooks as pycds starts (importlib's _install puts one there).
-    ff = _bootstrap_external.FileFinder
-    code = ff.path_hook().__code__
-    found = []
-    try:
-        for hook in sys.path_hooks:
-            if type(hook) is type(_hook_parts) and hook.__code__ is code and \
-                    hook.__closure__[code.co_freevars.index("cls")].cell_contents is ff:
-                found.append(hook)
-    except Exception:
-        pass
-    return tuple(found)
-
-
-_STOCK_FILE_FINDER_HOOKS = _file_finder_hooks()
-
-
-def path_hooks_stock():
-    """Whether every entry of ``sys.path_hooks`` is one importlib put there
-    (zipimporter, or a FileFinder hook there when pycds started) and what
-    they run is as pycds started with it: running them for a directory runs
-    no code of the program and changes nothing but what ``PathFinder``
-    stores in ``sys.path_importer_cache``.  Never raises; reads no
-    attribute of the hooks (no audit event)."""
-    try:
-        for now, stock in zip(_hook_parts(), _STOCK_HOOKS):
-            if now is not stock:
-                return False
-        zipimporter = _STOCK_HOOKS[3]
-        hooks = sys.path_hooks
-        if type(hooks) is not list or not hooks:
-            return False
-        for hook in hooks:
-            if hook is zipimporter and zipimporter is not None:
-                continue
-            for stock in _STOCK_FILE_FINDER_HOOKS:
-                if hook is stock:
-                    break
-            else:
-                return False
-    except Exception:
-        return False
-    return True
-
-
-# FileFinder's (suffix, loader) pairs as its default path hook makes them
-# (FileFinder.__init__ and _install in importlib/_bootstrap_external.py).
-FILE_LOADERS = [(suffix, loader)
-                for loader, suffixes in _bootstrap_external._get_supported_file_loaders()
-                for suffix in suffixes]
-
-
-def search_replayable():
-    """Whether a recorded search may be replayed: the search's methods are
-    the stock ones and ``-vv`` is off (FileFinder prints each file it tries
-    then; a replay would not)."""
-    if sys.flags.verbose >= 2:
-        return False
-    for cls, name, original in _STOCK_SEARCH:
-        if cls.__dict__.get(name) is not original:
-            return False
-    for module, name, original in _STOCK_SEARCH_FUNCS:
-        if module.__dict__.get(name, _MISSING) is not original:
-            return False
-    return True
-
-# The file names of importlib's own frames (frozen; 3.10-3.13, also under
-# -X frozen_modules=off).
-BOOTSTRAP_FILES = ("<frozen importlib._bootstrap>",
-                   "<frozen importlib._bootstrap_external>")
-
-# Bound at import: a program may replace sys._getframe (mock.patch) or
-# delete it, and find_spec must not follow it.
-_getframe = sys._getframe
-# Deeper stacks are taken for the program's: the interpreter's own imports
-# run a few frames deep, and 3.13 builds a frame object for every frame
-# walked.
-_MAX_WALK = 1000
-
-
-def imported_by_interpreter():
-    """Whether the import being found was started by the interpreter itself:
-    the outermost frame of this thread is importlib's, so no code of the
-    program lies beneath it (``site`` and what it imports at start-up, such
-    as ``sitecustomize``; ``linecache``, which 3.13 imports for ``-c``
-    before running the command; ``runpy`` for ``-m``), or the body of a
-    module such an import is running.  The program's own imports have its
-    frames below them, except on a thread started from C with no Python
-    frame (a C extension's worker, an embedding host importing the
-    application from C), which this takes for the interpreter's: a matter
-    of speed only (:data:`STARTUP_PLAIN_IMPORTS`).  Never raises (False on any surprise)."""
-    try:
-        f = _getframe(1)
-        for _ in range(_MAX_WALK):
-            back = f.f_back
-            if back is None:
-                return f.f_code.co_filename in BOOTSTRAP_FILES
-            f = back
-    except Exception:
-        pass
-    return False
 
 
 def _start():
@@ -297,9 +86,9 @@ def _activate(cfg):
             os.environ["PYCDSARCHIVE"] = cfg.archive
     if cfg.mode == _config.MODE_SHARE:
         if sys.flags.dev_mode or not os.path.isfile(cfg.archive):
-            # (-X dev loads the native module at once: pycds.finder.install.
+            # (-X dev loads the native module at once: pycds.share.install.
             # No archive to open: its warning now.)
-            from . import finder
+            from . import share as finder
             return finder.install(cfg)
         return _Opener.install(cfg)
     if cfg.mode == _config.MODE_AUTO:
@@ -311,27 +100,29 @@ def _activate(cfg):
         return auto.install(cfg)
     if cfg.mode == _config.MODE_DUMP:
         import atexit
-        from . import _archive, _capture, _dumper, _writer
+        from . import _archive, _files
+        from .dump import capture as _capture, dumper as _dumper
         _capture.install()
         _dumper.preload()
         atexit.register(_dumper.dump_at_exit, cfg)
-        if not os.environ.get(_dumper.SESSION_VAR):
+        if _config.dump_session_began_here():
             _dumper.announcer = os.getpid()
-        _dumper.dump_session()   # children started from here on inherit it
-        _writer.say_if_taken(cfg.archive, _archive.ARCHIVE_FILE, "DUMP writes no archive",
+        _config.dump_session()   # children started from here on inherit it
+        _files.say_if_taken(cfg.archive, _archive.ARCHIVE_FILE, "DUMP writes no archive",
                              "PYCDSARCHIVE")
         if cfg.settle > 0:
-            from . import _settle
+            from .dump import settle as _settle
             _settle.start(lambda: _dumper.write_archive(cfg, announce=False), cfg.settle)
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
-        from . import _import_order, trace
+        from . import trace
+        from .dump import import_order as _import_order
         _import_order.install()
         # Children write into the same list, wherever they start.
         os.environ["PYCDSLIST"] = cfg.listfile
-        trace.trace_session()
-        from . import _writer
-        _writer.say_if_taken(cfg.listfile, trace.LIST_FILE, "TRACE writes no module list",
+        _config.trace_session()
+        from . import _files
+        _files.say_if_taken(cfg.listfile, trace.LIST_FILE, "TRACE writes no module list",
                              "PYCDSLIST")
         atexit.register(trace.trace_at_exit, cfg)
     return None
@@ -352,7 +143,7 @@ OPEN_WAIT_S = 0.5
 class _Opener:
     """SHARE's (and AUTO's, when it has an archive file) place on
     ``sys.meta_path`` until the program's first import: it opens the archive
-    then and puts pycds.finder's finder in its place (AUTO: pycds.auto's
+    then and puts pycds.share's finder in its place (AUTO: pycds.auto's
     install, with its exit handler),
     so that a start-up imports only this package and its settings
     (pycds._config), and a program that imports nothing opens nothing.  An
@@ -392,7 +183,7 @@ class _Opener:
             finder = self.finder    # (None: the archive is not used)
         elif is_hook_module(fullname):
             # pycds's own, never archived: opening here would import
-            # pycds.finder inside the program's import of it, which would
+            # pycds.share inside the program's import of it, which would
             # then run it a second time.
             return None
         elif len(self.plain) < STARTUP_PLAIN_IMPORTS and imported_by_interpreter():
@@ -406,7 +197,7 @@ class _Opener:
         pass
 
     def open(self, first=None):
-        """pycds.finder's finder, installed in this one's place on first
+        """pycds.share's finder, installed in this one's place on first
         call (``first``: the name being imported); None if the archive
         cannot be used (after one warning), while this thread opens it
         (pycds's own imports) or another one does: that wait lasts
@@ -443,13 +234,13 @@ class _Opener:
 
 
     def _install(self, first):
-        # pycds.finder's install(), or None after one warning.  What the
+        # pycds.share's install(), or None after one warning.  What the
         # program raises there propagates, as out of the finder; in
         # importing pycds's modules (its audit hook refusing them) it is a
         # reason not to use the archive, as for the native module
-        # (pycds.finder._Archive.load_code).
+        # (pycds.share._Archive.load_code).
         try:
-            from . import finder
+            from . import share as finder
             from .errors import program_raised
         except (RecursionError, MemoryError):
             raise
@@ -477,52 +268,6 @@ class _Opener:
 _opener = None
 
 
-def import_native(search_path=None):
-    """``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``:
-    at the first archive hit of a SHARE run, at the start of a DUMP run
-    and of an AUTO run that records (pycds._dumper.preload).  (Here, not
-    in a module of its own: a SHARE run's first hit would import one more
-    module.)
-
-    Where the program has imported a ``_cffi_backend``, the native module
-    uses that one.  Else pycds's is loaded from ``search_path`` (the search
-    path as start-up left it, where pycds and its dependencies were found),
-    not from what the program's ``sys.path`` names now -- a
-    ``_cffi_backend`` beside its script, a vendored cffi put first -- and
-    taken out of ``sys.modules`` again once the native module has it (the
-    library stays loaded): the program's own ``import _cffi_backend`` is
-    then plain import's.  (Left: a thread of the program importing
-    ``_cffi_backend`` during the first archive hit gets pycds's: the native
-    module's init imports it by name through ``sys.modules``.)  The
-    module's import lock is held meanwhile, so that a thread's import of it
-    already under way finishes first, and is the one used.  The program's
-    audit hooks see the import (``_bootstrap._load`` raises the "import"
-    event) and may refuse it.  Raises ImportError where it cannot be
-    loaded."""
-    api = sys.modules.get(__package__ + "._nativeapi")
-    if api is not None:
-        return api
-    import _frozen_importlib as _bootstrap
-    with _bootstrap._ModuleLockManager("_cffi_backend"):
-        if "_cffi_backend" in sys.modules:
-            from . import _nativeapi
-            return _nativeapi
-        spec = None
-        if search_path:
-            spec = _bootstrap_external.PathFinder.find_spec("_cffi_backend",
-                                                            list(search_path))
-        if spec is not None:
-            ours = _bootstrap._load(spec)
-        else:
-            import _cffi_backend as ours
-        try:
-            from . import _nativeapi
-        finally:
-            if sys.modules.get("_cffi_backend") is ours:
-                del sys.modules["_cffi_backend"]
-    return _nativeapi
-
-
 def start():
     """Switch on what the PYCDS* environment variables ask for, as the
     ``pycds.pth`` line does at start-up, from code: where no ``.pth`` file
@@ -533,40 +278,15 @@ def start():
     return _start()
 
 
-def is_main_interpreter(cheap_only=False):
-    """True unless this is a subinterpreter.  pycds works in the main
-    interpreter only: its native module is single-phase (cffi), which 3.12+
-    refuses to load in isolated subinterpreters, and archives and DUMP
-    sessions belong to the process.  3.12+ answers cheaply; on 3.10/3.11
-    the answer needs an extension module, so ``cheap_only`` says True."""
-    check = getattr(_thread, "_is_main_interpreter", None)
-    if check is not None:
-        return check()
-    if cheap_only:
-        return True
-    try:
-        import _xxsubinterpreters as interpreters
-        return interpreters.get_current() == interpreters.get_main()
-    except Exception:
-        return True
-
-
-def is_hook_module(name):
-    """Whether module ``name`` is pycds's own import hook, which is never
-    archived (it runs before the archive is open); its companion pycds.bf16
-    is an ordinary library and is."""
-    return (name == "pycds" or name.startswith("pycds.")) and \
-        not (name == "pycds.bf16" or name.startswith("pycds.bf16."))
-
 
 def stats():
-    """Counters of this process's share mode (see pycds.finder.stats):
+    """Counters of this process's share mode (see pycds.share.stats):
     modules served, fallbacks by reason, bytes loaded, load time in ms,
     modules read ahead, bytes given back after module bodies ran, modules
     the interpreter imported at start-up that were imported plainly."""
     if _opener is not None:
         _opener.open()
-    finder = sys.modules.get("pycds.finder")
+    finder = sys.modules.get("pycds.share")
     if finder is None:
         return {"served": 0, "fallbacks": {}, "archive": None,
                 "modules_in_archive": 0, "bytes_loaded": 0, "load_ms": 0.0,
@@ -582,14 +302,14 @@ def dump(archive=None, modules=None):
     else this program's default archive, as DUMP would write).
 
     What is archived and how is what a DUMP run writes at exit
-    (pycds._dumper); the file is replaced atomically.  Returns the number of
+    (pycds.dump.dumper); the file is replaced atomically.  Returns the number of
     modules archived.  Raises OSError if the archive cannot be written,
     ValueError if no archive path is known, TypeError if ``modules`` is a
     str or holds a name that is not a str.  Names that fail to import are reported on
     stderr and skipped.
 
     The code objects of the modules it imports are kept as they run
-    (pycds._capture: an audit hook, which stays in the process, idle, once
+    (pycds.dump.capture: an audit hook, which stays in the process, idle, once
     this returns), so that most need not be read again.
     """
     import os
@@ -600,10 +320,11 @@ def dump(archive=None, modules=None):
     for name in names:
         if type(name) is not str:
             raise TypeError(f"module names are str, not {type(name).__name__}: {name!r}")
-    from . import _capture
+    from .dump import capture as _capture
     own_capture = not _capture.active() and _capture.install()
     try:
-        return _import_and_dump(names, archive or "", "dump")
+        from .dump.dumper import import_and_dump
+        return import_and_dump(names, archive or "")
     finally:
         if own_capture:
             _capture.stop()
@@ -633,36 +354,13 @@ def _dump(module_list="", archive=""):
                              f"{data[e.start]:#04x} at offset {e.start})") from None
         names = [line.strip() for line in text.split("\n")
                  if line.strip() and not line.lstrip().startswith("#")]
-    from . import _capture
+    from .dump import capture as _capture
     own_capture = not _capture.active() and _capture.install()
     try:
-        return _import_and_dump(names, archive, "_dump")
+        from .dump.dumper import import_and_dump
+        return import_and_dump(names, archive)
     finally:
         if own_capture:
             _capture.stop()
 
 
-def _import_and_dump(names, archive, caller):
-    import importlib
-    import os
-    from . import _archive, _config, _log, _dumper, _writer
-    if not archive:
-        archive = _config._absolute(os.environ.get("PYCDSARCHIVE", "")) \
-            or _config.default_archive_path()
-    if not archive:
-        raise ValueError("no archive path: pass one or set PYCDSARCHIVE")
-    # (Before the imports: a path that holds a file of the user's costs nothing.)
-    _writer.check_replaceable(archive, _archive.ARCHIVE_FILE)
-    for name in names or ():
-        if name in ("__main__", "__mp_main__") or name in sys.modules:
-            continue
-        try:
-            importlib.import_module(name)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:   # a listed module may fail, or exit
-            _log.warning(f"module {name!r} not archived: importing it raised "
-                         f"{type(e).__name__}: {e}")
-    # Laid out from the names given, in their order (pycds._dump_order).
-    n, _ = _dumper.dump_modules(_dumper.snapshot(), archive, roots=names or None)
-    return n

@@ -4,14 +4,14 @@ tells the user to do next.
 Imported only when such a warning is given: a run whose archive is usable
 never pays for it.  The state of the file decides, not the error's wording:
 nothing there, something there that is not a pycds archive (never written
-over: pycds._writer.check_replaceable), an archive of another user, of
+over: pycds._files.check_replaceable), an archive of another user, of
 another interpreter, one SHARE refuses for who could have written it, a
 damaged one.
 """
 
 import os
 
-from . import _archive, _writer
+from . import _archive, _files
 from .errors import ArchiveFormatError, ForeignArchiveError
 
 __all__ = ["refusal", "not_replaceable", "directory_refusal"]
@@ -52,12 +52,12 @@ def directory_refusal(path):
 
 def not_replaceable(path):
     """Why a dump may not write over what is at ``path`` ("" where it may,
-    or where nothing is there): pycds._writer.check_replaceable's
+    or where nothing is there): pycds._files.check_replaceable's
     message.  Other failures (a path through a file, a name too long) are
     the write's to report."""
     try:
-        _writer.check_replaceable(path, _archive.ARCHIVE_FILE)
-    except _writer.NotReplaceable as e:
+        _files.check_replaceable(path, _archive.ARCHIVE_FILE)
+    except _files.NotReplaceable as e:
         return str(e)
     except OSError:
         pass
@@ -82,7 +82,7 @@ def refusal(path, error, auto):
     taken = not_replaceable(path)
     if taken and os.path.isfile(path) and not os.path.islink(path):
         # (What the file is, rather than how reading it as an archive failed.)
-        why = _writer.why_not_ours(path, _archive.why_not_archive)
+        why = _files.why_not_ours(path, _archive.why_not_archive)
         if why:
             reason = "it " + why
     if taken:

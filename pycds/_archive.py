@@ -16,8 +16,8 @@ in place) never passes as part of this one.  Checksums use
 ``_imp.source_hash`` (the function PEP 552 uses for hash-based pycs:
 SipHash-1-3 from 3.11, SipHash-2-4 on 3.10, so an archive is only ever
 verified by its own minor version); the heap is checked per module, in C,
-with XXH64.  The writing side (:func:`layout`)
-lays out what pycds._dumper collected; pycds._writer puts it in a file.  The
+with XXH64.  The writing side (:func:`file_sections`)
+lays out what pycds.dump.dumper collected; pycds._files puts it in a file.  The
 meta block names the interpreter the archive is for
 (:func:`meta_for_this_interpreter`); a reader refuses an archive of another.
 """
@@ -27,61 +27,24 @@ import marshal
 import os
 import sys
 
+from . import _format
 from ._config import interpreter_tag, meta_for_this_interpreter
 from .errors import ArchiveFormatError, program_raised
 
-__all__ = ["Header", "ModuleEntry", "Index", "layout", "checksum", "name_hash",
+__all__ = ["Header", "ModuleEntry", "Index", "file_sections", "checksum", "name_hash",
            "meta_for_this_interpreter", "interpreter_tag"]
 
-MAGIC = b"PYCDS\x00ar"
-FORMAT_VERSION = 6
-HEADER_SIZE = 256
-EMPTY = 0xFFFFFFFF
-# The heap section's alignment in the file (PYCDS_HEAP_ALIGN in
-# native/archive/pycds_native.h): the format's, not the page size (the loader
-# reads the heap into memory of its own), so an archive written under 4 KiB
-# pages is served under 16 or 64 KiB ones and the other way round.
-HEAP_ALIGN = 4096
-_ENTRY_READ = 1024    # bytes read at once for an index entry
-
-# Header fields: (name, offset, size).  Bytes 148..151 and 168..247 are
-# reserved (zero).
-_FIELDS = (
-    ("magic", 0, 8),
-    ("format", 8, 4),
-    ("header_size", 12, 4),
-    ("archive_id", 16, 8),
-    ("created_ns", 24, 8),
-    ("nmodules", 32, 4),
-    ("flags", 36, 4),
-    ("meta_off", 40, 8),
-    ("meta_len", 48, 8),
-    ("buckets_off", 56, 8),
-    ("nbuckets", 64, 8),
-    ("entries_off", 72, 8),
-    ("entries_len", 80, 8),
-    ("heap_off", 88, 8),
-    ("heap_len", 96, 8),
-    ("reloc_off", 104, 8),
-    ("reloc_count", 112, 8),
-    ("file_len", 120, 8),
-    ("meta_sum", 128, 8),
-    ("buckets_sum", 136, 8),
-    ("py_hexversion", 144, 4),
-    ("chunks_off", 152, 8),
-    ("chunks_sum", 160, 8),
-)
-# One chunk-table record per module, in module-number order (read by the
-# native loader; see docs/archive-format.md and native/archive/loader/archive.h):
-# chunk_off u64, chunk_len u32, root_off u32, reloc_first u64,
-# reloc_count u32, zero u32, checksum u64.
-CHUNK_REC = 40
-
-# How a module's code reached the dump run: an index entry's pyc_kind.
-PYC_NONE, PYC_TIMESTAMP, PYC_CHECKED_HASH, PYC_UNCHECKED_HASH = 0, 1, 2, 3
-_SUM_AT = 248
-_HEADER_KEY = 0x50594344534844        # "PYCDSHD"
-_NAME_KEY = 0x50594344534e4d          # "PYCDSNM"
+# The format's constants are pycds._format's (shared with the C loader).
+HEADER_SIZE, MAGIC, FORMAT_VERSION = _format.HEADER_SIZE, _format.MAGIC, _format.FORMAT_VERSION
+HEAP_ALIGN, CHUNK_REC, EMPTY = _format.HEAP_ALIGN, _format.CHUNK_REC, _format.EMPTY_BUCKET
+PYC_NONE, PYC_TIMESTAMP = _format.PYC_NONE, _format.PYC_TIMESTAMP
+PYC_CHECKED_HASH, PYC_UNCHECKED_HASH = _format.PYC_CHECKED_HASH, _format.PYC_UNCHECKED_HASH
+_FIELDS = _format.HEADER_FIELDS
+_SUM_AT = _format.HEADER_SUM_AT
+_HEADER_KEY = _format.HEADER_KEY
+_NAME_KEY = _format.NAME_KEY
+_ENTRY_READ = _format.ENTRY_READ
+_ENTRY_HEAD = _format.ENTRY_HEAD
 
 
 def _u(b, off, size):
@@ -128,7 +91,7 @@ def why_not_archive(head, size):
 
 _AT = {name: (off, size) for name, off, size in _FIELDS}
 
-# What pycds._writer.check_replaceable needs of an archive file: its name,
+# What pycds._files.check_replaceable needs of an archive file: its name,
 # the suffix of an empty file left for one, the judge above.
 ARCHIVE_FILE = ("archive", ".img", why_not_archive)
 
@@ -165,11 +128,7 @@ class Header:
 class ModuleEntry:
     """One module of the index (see docs/archive-format.md, "entries")."""
 
-    __slots__ = ("number", "name", "origin", "is_package", "search_locations",
-                 "mtime_ns", "size", "source_hash", "pyc_path", "pyc_kind",
-                 "pyc_mtime_ns", "pyc_size", "check_hash_pycs",
-                 "chunk_off", "chunk_len", "root_off", "reloc_first",
-                 "reloc_count", "chunk_sum", "nobjects", "search")
+    __slots__ = _format.ENTRY_FIELDS
 
     # Plain assignments: an entry is built on every archive hit, and this is
     # several times faster than a setattr loop over __slots__.
@@ -304,18 +263,18 @@ class Index:
     def _read_entry(self, off):
         fd = self.file.descriptor()
         h = self.file.header
-        if off + 12 > h.entries_len:
+        if off + _ENTRY_HEAD > h.entries_len:
             return None
         # One pread covers most entries (a few hundred bytes); a longer
         # entry gets a second read for the rest.
         head = os.pread(fd, min(_ENTRY_READ, h.entries_len - off), h.entries_off + off)
         length = int.from_bytes(head[:4], "little")
-        if length < 12 or off + length > h.entries_len or len(head) < 12:
+        if length < _ENTRY_HEAD or off + length > h.entries_len or len(head) < _ENTRY_HEAD:
             return None
-        payload = head[12:length]
+        payload = head[_ENTRY_HEAD:length]
         if len(head) < length:
             payload += os.pread(fd, length - len(head), h.entries_off + off + len(head))
-        if checksum(payload, h.archive_id) != int.from_bytes(head[4:12], "little"):
+        if checksum(payload, h.archive_id) != int.from_bytes(head[4:_ENTRY_HEAD], "little"):
             return None
         try:
             return ModuleEntry(*marshal.loads(payload))
@@ -329,10 +288,10 @@ class Index:
         h = self.header
         off = 0
         out = []
-        while off + 12 <= h.entries_len:
+        while off + _ENTRY_HEAD <= h.entries_len:
             length = int.from_bytes(os.pread(self.descriptor(), 4, h.entries_off + off), "little")
             entry = self._read_entry(off)
-            if entry is None or length < 12:
+            if entry is None or length < _ENTRY_HEAD:
                 raise ArchiveFormatError(f"bad index entry at {off}")
             out.append(entry)
             off += length
@@ -421,9 +380,9 @@ def chunk_table(entries, archive_id, strict=True):
     return table, hash64(table, archive_id)
 
 
-def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
-           strict=True):
-    """Lay out an archive.  Returns ``(header, parts)`` where ``parts`` is a
+def file_sections(entries, heap_len, reloc_count, meta, archive_id, flags=0,
+                  strict=True):
+    """The header and file sections of an archive of ``entries``.  Returns ``(header, parts)`` where ``parts`` is a
     list of ``(offset, bytes)`` for meta, buckets, entries and the chunk
     table; the heap and relocations go at ``header.heap_off`` /
     ``header.reloc_off``.  Needs the native module (the chunk table's
@@ -438,7 +397,7 @@ def layout(entries, heap_len, reloc_count, meta, archive_id, flags=0,
     pos = 0
     for e in entries:
         payload = canonical_marshal(e.to_tuple())
-        rec = (len(payload) + 12).to_bytes(4, "little") + \
+        rec = (len(payload) + _ENTRY_HEAD).to_bytes(4, "little") + \
             checksum(payload, archive_id).to_bytes(8, "little") + payload
         offsets.append(pos)
         blobs.append(rec)

@@ -20,7 +20,7 @@
                    the one being imported on a second CPU; ``0``: off.
 ``PYCDSSETTLE``    seconds without a new import after which DUMP and AUTO
                    write the archive before the program ends (default 5; 0:
-                   only at exit): pycds._settle.
+                   only at exit): pycds.dump.settle.
 ``PYCDSRELEASE``   ``1`` (default): once a module body has run, give back
                    the memory of what only it used (its code object, dead
                    interned-string copies); ``0``: keep it; ``protect``
@@ -32,12 +32,31 @@ Under ``-E`` or ``-I`` (``sys.flags.ignore_environment``) pycds stays off, so
 that an isolated interpreter cannot be steered by the environment.  The table
 is documented in docs/env-vars.md.  Also the facts of this interpreter an
 archive must be made for, and the SHARE session a process belongs to, taken
-at start-up.  Imports only builtins: this runs at start-up from the .pth
-file.
+at start-up, and the package's version (``pycds.__version__``; read as text
+by the build).
+
+Also the import system as pycds started with it: what plain import uses
+(``SourceFileLoader``'s parts, the search's methods, the path hooks,
+``FileFinder``'s loaders), taken when this module is first imported -- at
+the ``.pth`` line, or at the program's ``import pycds`` -- so that a later
+replacement by the program is seen by comparing identities
+(:func:`loader_patched`, :func:`search_replayable`,
+:func:`path_hooks_stock`); whether a name is pycds's own
+(:func:`is_hook_module`), whether this is the main interpreter, whether the
+interpreter itself started the import being found, and the native module's
+import with pycds's own ``_cffi_backend`` (:func:`import_native`).  (One
+module: each module imported at start-up costs every SHARE run its
+import.)  Imports only builtins and importlib's bootstrap: this runs at
+start-up from the .pth file.
 """
 
+import _thread
 import os
 import sys
+
+import _frozen_importlib_external as _bootstrap_external
+
+__version__ = "0.1.0"
 
 MODE_OFF = 0
 MODE_TRACE = 1
@@ -220,19 +239,6 @@ def program_id(argv=None):
     return ("other", "\0".join(argv[1:]))
 
 
-def inherited_session(var, tag=""):
-    """The id of this run of a recording mode, kept in the environment
-    variable ``var``: made by the run's first process and put in its
-    environment, so that the child processes it starts share it (DUMP:
-    ``PYCDS_DUMP_SESSION``, TRACE: ``PYCDS_TRACE_SESSION``).  A new id is
-    16 random hex digits, then ``-tag`` if a ``tag`` is given."""
-    session = os.environ.get(var, "")
-    if not session:
-        session = os.urandom(8).hex() + (f"-{tag}" if tag else "")
-        os.environ[var] = session
-    return session
-
-
 def cache_dir(environ=None):
     """``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``; None where neither
     is an absolute path.  A relative ``XDG_CACHE_HOME`` is ignored, as the
@@ -319,9 +325,9 @@ def interpreter_tag():
     """16 hex digits naming this process's facts, as they were at the first
     call (start-up in DUMP and SHARE runs): their SipHash-1-3 with key 0
     (pycds._archive.checksum).  A child process whose tag is not its DUMP
-    session's does not write over the session's archive (pycds._dumper);
+    session's does not write over the session's archive (pycds.dump.dumper);
     one whose tag is not its SHARE session's takes an archive made for
-    another interpreter quietly (pycds.finder.install)."""
+    another interpreter quietly (pycds.share.install)."""
     global _tag
     if _tag is None:
         import _imp
@@ -356,10 +362,70 @@ def debug_ranges():
     return _debug_ranges
 
 
-# The environment variable in which the first SHARE process of a process
-# tree names its interpreter facts (:func:`interpreter_tag`) for the
-# processes it starts, which inherit its archive through PYCDSARCHIVE.
+# ---- the process tree ----------------------------------------------------
+# What a run leaves in the environment for the processes it starts (they
+# inherit it: subprocesses, multiprocessing workers), all documented in
+# docs/env-vars.md, "Set by pycds for child processes".  Besides these,
+# SHARE, DUMP and AUTO put the archive's absolute path in PYCDSARCHIVE and
+# TRACE its list's in PYCDSLIST (pycds._activate), so that a child started
+# in another directory uses the same file.
+
+# The interpreter facts (:func:`interpreter_tag`) of the first SHARE process
+# of a process tree, for the processes it starts, which share its archive.
 SHARE_SESSION_VAR = "PYCDS_SHARE_SESSION"
+# The id of a DUMP run, shared by the processes it starts (one archive).
+DUMP_SESSION_VAR = "PYCDS_DUMP_SESSION"
+# The id of a TRACE run, shared by the processes it starts (one list).
+TRACE_SESSION_VAR = "PYCDS_TRACE_SESSION"
+# Set by the first AUTO process of a process tree: only that one says the
+# archive cannot be written.
+AUTO_TREE_VAR = "PYCDS_AUTO_TREE"
+# Digests of the warnings a process and its ancestors printed (pycds._log:
+# each warning once per process tree), the last WARNED_KEEP of them.
+WARNED_VAR = "PYCDS_WARNED"
+WARNED_KEEP = 32
+
+
+def inherited_session(var, tag=""):
+    """The id of this run of a recording mode, kept in the environment
+    variable ``var``: made by the run's first process and put in its
+    environment, so that the child processes it starts share it (DUMP:
+    ``PYCDS_DUMP_SESSION``, TRACE: ``PYCDS_TRACE_SESSION``).  A new id is
+    16 random hex digits, then ``-tag`` if a ``tag`` is given."""
+    session = os.environ.get(var, "")
+    if not session:
+        session = os.urandom(8).hex() + (f"-{tag}" if tag else "")
+        os.environ[var] = session
+    return session
+
+
+
+def dump_session():
+    """The id of this DUMP run (:func:`inherited_session` of
+    ``PYCDS_DUMP_SESSION``), tagged with the interpreter facts of the process
+    that began it (:func:`interpreter_tag`)."""
+    return inherited_session(DUMP_SESSION_VAR, interpreter_tag())
+
+
+def dump_session_began_here():
+    """Whether no ancestor of this process began a DUMP run (read before
+    :func:`dump_session` puts this one's id in the environment)."""
+    return not os.environ.get(DUMP_SESSION_VAR)
+
+
+def trace_session():
+    """The id of this TRACE run (:func:`inherited_session` of
+    ``PYCDS_TRACE_SESSION``)."""
+    return inherited_session(TRACE_SESSION_VAR)
+
+
+def auto_tree_root():
+    """This process's pid if it is the first AUTO process of its process
+    tree, else 0; marks the tree for the processes it starts."""
+    root = 0 if os.environ.get(AUTO_TREE_VAR) else os.getpid()
+    os.environ[AUTO_TREE_VAR] = "1"
+    return root
+
 
 _share = None
 
@@ -379,3 +445,314 @@ def share_session():
             session = os.environ[SHARE_SESSION_VAR] = interpreter_tag()
             _share = (session, os.getpid())
     return _share
+
+
+# ---- the import system as pycds started with it -----------------------
+
+_MISSING = object()
+
+
+def _dicts(obj):
+    # Where an attribute of ``obj`` is stored, in lookup order: the dicts of
+    # its MRO's classes (a class), its dict (a module).  Looking a name up
+    # there runs no descriptor and no comparison of a program's.
+    return [cls.__dict__ for cls in obj.__mro__] if type(obj) is type else [obj.__dict__]
+
+
+# What SourceLoader.get_code makes a module's code with, as a program may
+# replace them: the methods it calls on the loader, the functions that name,
+# check and unmarshal a .pyc; as (object, name, value) triples, the values
+# as they were when pycds started (imported from the .pth line, before the
+# program runs; by the program when it uses the API: getattr then finds
+# what is stored, plain functions).  Compared by identity with what is
+# stored now (:func:`_dicts`), here and by the native verdict
+# (pycds._nativeapi.IndexFinder's ``serving``; find.c, stored()).
+STOCK_LOADER_ATTRS = tuple(
+    (obj, name, getattr(obj, name, _MISSING))
+    for obj, names in ((_bootstrap_external.SourceFileLoader,
+                        ("get_code", "source_to_code", "get_data", "path_stats")),
+                       (_bootstrap_external,
+                        ("_compile_bytecode", "cache_from_source", "_classify_pyc",
+                         "_validate_timestamp_pyc")),
+                       (_bootstrap_external.marshal, ("loads",)),
+                       (_bootstrap_external._imp, ("_fix_co_filename",)))
+    for name in names)
+_LOADER_MRO = _bootstrap_external.SourceFileLoader.__mro__
+_loader_chains = None
+
+
+def _chains():
+    # STOCK_LOADER_ATTRS as loader_patched() checks them: for each, the
+    # dicts before the one holding the stock value (where a value of the
+    # program's would shadow it), that one, the name and the value.  Made
+    # at the first check; None (not kept) where a stock value is stored
+    # nowhere any more.
+    global _loader_chains
+    chains = []
+    for obj, name, stock in STOCK_LOADER_ATTRS:
+        before = []
+        for d in _dicts(obj):
+            if d.get(name, _MISSING) is stock:
+                chains.append((tuple(before), d, name, stock))
+                break
+            before.append(d)
+        else:
+            return None
+    _loader_chains = tuple(chains)
+    return _loader_chains
+
+
+def loader_patched():
+    """Whether the program has replaced a part of the stock
+    ``SourceFileLoader`` that plain import's ``get_code`` uses (a
+    ``source_to_code`` that rewrites code, say; a wrapper around
+    ``get_code`` that an APM agent installs): code made or archived then is
+    not what the stock loader makes, so pycds neither archives nor serves
+    it.  The stock parts are those pycds started with, compared by identity
+    where they are stored (:func:`_dicts`: no descriptor runs)."""
+    if _bootstrap_external.SourceFileLoader.__mro__ is not _LOADER_MRO:
+        return True
+    chains = _loader_chains or _chains()
+    if chains is None:
+        return True
+    for before, holder, name, stock in chains:
+        for d in before:
+            if name in d:
+                return True
+        if holder.get(name, _MISSING) is not stock:
+            return True
+    return False
+
+
+# The methods of plain import's search whose answer pycds replays
+# (pycds._search, native/archive/loader/find.c), as pycds started with them:
+# a program that replaces one gets it called.
+STOCK_SEARCH = tuple(
+    (cls, name, cls.__dict__.get(name))     # (None: inherited)
+    for cls, names in ((_bootstrap_external.PathFinder,
+                        ("find_spec", "_get_spec", "_path_importer_cache")),
+                       (_bootstrap_external.FileFinder,
+                        ("find_spec", "_get_spec", "_fill_cache", "__getattribute__")))
+    for name in names)
+# The functions FileFinder.find_spec calls (importlib/_bootstrap_external.py,
+# 3.10-3.13), as (module, name, value) triples compared as
+# STOCK_LOADER_ATTRS are (a module's attribute is stored in its dict).
+STOCK_SEARCH_FUNCS = tuple(
+    (_bootstrap_external, name, getattr(_bootstrap_external, name, _MISSING))
+    for name in ("_path_stat", "_path_join", "_path_isfile", "_path_isdir", "_relax_case"))
+
+
+def _hook_parts():
+    # What importlib's own path hooks run for a directory (PathFinder's
+    # _path_hooks, zipimporter's and FileFinder's constructors, the stat
+    # helpers they call, the working directory for '': importlib/
+    # _bootstrap_external.py and zipimport.py, 3.10-3.13), as a program
+    # may replace them.
+    b = _bootstrap_external
+    zipimporter = getattr(sys.modules.get("zipimport"), "zipimporter", None)
+    return (b.PathFinder.__dict__.get("_path_hooks"), b.FileFinder.__dict__.get("__init__"),
+            b.FileFinder.__dict__.get("__new__"),
+            zipimporter, getattr(zipimporter, "__init__", None),
+            b._path_isdir, b._path_stat, b._path_is_mode_type, b._os.getcwd)
+
+
+STOCK_HOOKS = _hook_parts()
+
+
+def _file_finder_hooks():
+    # The closures FileFinder.path_hook made for FileFinder itself in
+    # sys.path_hooks as pycds starts (importlib's _install puts one there).
+    ff = _bootstrap_external.FileFinder
+    code = ff.path_hook().__code__
+    found = []
+    try:
+        for hook in sys.path_hooks:
+            if type(hook) is type(_hook_parts) and hook.__code__ is code and \
+                    hook.__closure__[code.co_freevars.index("cls")].cell_contents is ff:
+                found.append(hook)
+    except Exception:
+        pass
+    return tuple(found)
+
+
+STOCK_FILE_FINDER_HOOKS = _file_finder_hooks()
+
+
+def path_hooks_stock():
+    """Whether every entry of ``sys.path_hooks`` is one importlib put there
+    (zipimporter, or a FileFinder hook there when pycds started) and what
+    they run is as pycds started with it: running them for a directory runs
+    no code of the program and changes nothing but what ``PathFinder``
+    stores in ``sys.path_importer_cache``.  Never raises; reads no
+    attribute of the hooks (no audit event)."""
+    try:
+        for now, stock in zip(_hook_parts(), STOCK_HOOKS):
+            if now is not stock:
+                return False
+        zipimporter = STOCK_HOOKS[3]
+        hooks = sys.path_hooks
+        if type(hooks) is not list or not hooks:
+            return False
+        for hook in hooks:
+            if hook is zipimporter and zipimporter is not None:
+                continue
+            for stock in STOCK_FILE_FINDER_HOOKS:
+                if hook is stock:
+                    break
+            else:
+                return False
+    except Exception:
+        return False
+    return True
+
+
+# FileFinder's (suffix, loader) pairs as its default path hook makes them
+# (FileFinder.__init__ and _install in importlib/_bootstrap_external.py).
+FILE_LOADERS = [(suffix, loader)
+                for loader, suffixes in _bootstrap_external._get_supported_file_loaders()
+                for suffix in suffixes]
+
+
+def search_replayable():
+    """Whether a recorded search may be replayed: the search's methods are
+    the stock ones and ``-vv`` is off (FileFinder prints each file it tries
+    then; a replay would not)."""
+    if sys.flags.verbose >= 2:
+        return False
+    for cls, name, original in STOCK_SEARCH:
+        if cls.__dict__.get(name) is not original:
+            return False
+    for module, name, original in STOCK_SEARCH_FUNCS:
+        if module.__dict__.get(name, _MISSING) is not original:
+            return False
+    return True
+
+# The namespaces of importlib's own code: a frame whose f_globals is one of
+# them runs importlib (3.10-3.13, also under -X frozen_modules=off).
+import _frozen_importlib as _bootstrap  # noqa: E402  (builtin, loaded at start-up)
+
+BOOTSTRAP_NAMESPACES = (_bootstrap.__dict__, _bootstrap_external.__dict__)
+
+
+def runs_importlib(frame):
+    """Whether ``frame`` runs importlib's own code (by namespace identity)."""
+    g = frame.f_globals
+    return g is BOOTSTRAP_NAMESPACES[0] or g is BOOTSTRAP_NAMESPACES[1]
+
+
+def runs_pycds(frame):
+    """Whether ``frame`` runs the code of one of pycds's own modules
+    (:func:`is_hook_module`): its globals are that module's namespace."""
+    g = frame.f_globals
+    name = g.get("__name__")
+    if type(name) is not str or not is_hook_module(name):
+        return False
+    module = sys.modules.get(name)
+    return module is not None and getattr(module, "__dict__", None) is g
+
+# Bound at import: a program may replace sys._getframe (mock.patch) or
+# delete it, and find_spec must not follow it.
+_getframe = sys._getframe
+# Deeper stacks are taken for the program's: the interpreter's own imports
+# run a few frames deep, and 3.13 builds a frame object for every frame
+# walked.
+_MAX_WALK = 1000
+
+
+def imported_by_interpreter():
+    """Whether the import being found was started by the interpreter itself:
+    the outermost frame of this thread is importlib's, so no code of the
+    program lies beneath it (``site`` and what it imports at start-up, such
+    as ``sitecustomize``; ``linecache``, which 3.13 imports for ``-c``
+    before running the command; ``runpy`` for ``-m``), or the body of a
+    module such an import is running.  The program's own imports have its
+    frames below them, except on a thread started from C with no Python
+    frame (a C extension's worker, an embedding host importing the
+    application from C), which this takes for the interpreter's: a matter
+    of speed only (:data:`STARTUP_PLAIN_IMPORTS`).  Never raises (False on any surprise)."""
+    try:
+        f = _getframe(1)
+        for _ in range(_MAX_WALK):
+            back = f.f_back
+            if back is None:
+                return runs_importlib(f)
+            f = back
+    except Exception:
+        pass
+    return False
+
+
+
+def import_native(search_path=None):
+    """``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``:
+    at the first archive hit of a SHARE run, at the start of a DUMP run
+    and of an AUTO run that records (pycds.dump.dumper.preload).  (Here, not
+    in a module of its own: a SHARE run's first hit would import one more
+    module.)
+
+    Where the program has imported a ``_cffi_backend``, the native module
+    uses that one.  Else pycds's is loaded from ``search_path`` (the search
+    path as start-up left it, where pycds and its dependencies were found),
+    not from what the program's ``sys.path`` names now -- a
+    ``_cffi_backend`` beside its script, a vendored cffi put first -- and
+    taken out of ``sys.modules`` again once the native module has it (the
+    library stays loaded): the program's own ``import _cffi_backend`` is
+    then plain import's.  (Left: a thread of the program importing
+    ``_cffi_backend`` during the first archive hit gets pycds's: the native
+    module's init imports it by name through ``sys.modules``.)  The
+    module's import lock is held meanwhile, so that a thread's import of it
+    already under way finishes first, and is the one used.  The program's
+    audit hooks see the import (``_bootstrap._load`` raises the "import"
+    event) and may refuse it.  Raises ImportError where it cannot be
+    loaded."""
+    api = sys.modules.get(__package__ + "._nativeapi")
+    if api is not None:
+        return api
+    import _frozen_importlib as _bootstrap
+    with _bootstrap._ModuleLockManager("_cffi_backend"):
+        if "_cffi_backend" in sys.modules:
+            from . import _nativeapi
+            return _nativeapi
+        spec = None
+        if search_path:
+            spec = _bootstrap_external.PathFinder.find_spec("_cffi_backend",
+                                                            list(search_path))
+        if spec is not None:
+            ours = _bootstrap._load(spec)
+        else:
+            import _cffi_backend as ours
+        try:
+            from . import _nativeapi
+        finally:
+            if sys.modules.get("_cffi_backend") is ours:
+                del sys.modules["_cffi_backend"]
+    return _nativeapi
+
+
+
+def is_main_interpreter(cheap_only=False):
+    """True unless this is a subinterpreter.  pycds works in the main
+    interpreter only: its native module is single-phase (cffi), which 3.12+
+    refuses to load in isolated subinterpreters, and archives and DUMP
+    sessions belong to the process.  3.12+ answers cheaply; on 3.10/3.11
+    the answer needs an extension module, so ``cheap_only`` says True."""
+    check = getattr(_thread, "_is_main_interpreter", None)
+    if check is not None:
+        return check()
+    if cheap_only:
+        return True
+    try:
+        import _xxsubinterpreters as interpreters
+        return interpreters.get_current() == interpreters.get_main()
+    except Exception:
+        return True
+
+
+def is_hook_module(name):
+    """Whether module ``name`` is pycds's own import hook, which is never
+    archived (it runs before the archive is open); its companion pycds.bf16
+    is an ordinary library and is."""
+    return (name == "pycds" or name.startswith("pycds.")) and \
+        not (name == "pycds.bf16" or name.startswith("pycds.bf16."))
+
+

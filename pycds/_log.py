@@ -2,24 +2,20 @@
 starts after printing one), verbose lines gated by PYCDSVERBOSE.
 
 Format: ``[pycds] served <module>``, ``[pycds] fallback <module>: <reason>``,
-``[pycds] warning: <text>``.  Imports only builtins and os (it runs at
-start-up).
+``[pycds] warning: <text>``.  Imports only builtins and pycds._config (it
+runs at start-up).
 """
 
 import _imp
 import os
 import sys
 
+from ._config import WARNED_KEEP, WARNED_VAR
+
 # Set at start-up (pycds._start) from the configuration, and only imported then
 # when PYCDSVERBOSE is set or a setting is bad; 0 = quiet, 1 = per module, 2 = detail.
 level = 0
 
-# Digests of the warnings this process and its parents printed (set by
-# pycds, inherited by child processes: multiprocessing workers, subprocesses).
-WARNED_VAR = "PYCDS_WARNED"
-# Digests kept: a process tree prints few distinct warnings; the variable
-# stays small whatever happens.
-WARNED_KEEP = 32
 _DIGEST_KEY = 0x7079636473       # "pycds"
 
 

@@ -10,15 +10,14 @@ writer's calls are in pycds._nativewriter.
 import marshal
 import os
 
-from . import __version__
-from ._config import meta_for_this_interpreter
+from ._config import __version__, is_main_interpreter, meta_for_this_interpreter
 from .errors import (E_CORRUPT, E_FOREIGN, E_NOMEM, ArchiveFormatError, ForeignArchiveError,
                      NativeError)
 
 try:
     from ._native import ffi, lib
 except ImportError as e:
-    if "subinterpreter" in str(e):
+    if not is_main_interpreter():
         raise     # 3.12+ refuses cffi modules there; the finder expects this one
     _here = os.path.dirname(os.path.abspath(__file__))
     if os.path.exists(os.path.join(os.path.dirname(_here), "setup.py")):
@@ -324,10 +323,10 @@ class IndexFinder:
     False); ``files``: stat the source and .pyc too (not for
     PYCDSCHECK=unchecked).  ``serving``: None, or ``(finder, PathFinder,
     search, loader)`` for :meth:`hit` to also require, before its verdict,
-    what ``pycds.finder.CDSFinder.find_spec`` requires of the import system
+    what ``pycds.share.CDSFinder.find_spec`` requires of the import system
     (``finder`` just before ``PathFinder`` on ``sys.meta_path``,
-    ``pycds._STOCK_SEARCH``; ``pycds._STOCK_LOADER_ATTRS`` and
-    ``pycds._STOCK_SEARCH_FUNCS`` in ``loader``); its True verdicts then
+    ``pycds._config.STOCK_SEARCH``; ``pycds._config.STOCK_LOADER_ATTRS`` and
+    ``pycds._config.STOCK_SEARCH_FUNCS`` in ``loader``); its True verdicts then
     come with the entry alone."""
 
     def __init__(self, index, fd, files=True, serving=None, open_file=None):
@@ -338,7 +337,7 @@ class IndexFinder:
         self._find = lib.pycds_index_find
         self._hit = lib.pycds_index_hit
         from _frozen_importlib_external import FileFinder
-        from . import FILE_LOADERS
+        from ._config import FILE_LOADERS
         # (Kept alive here; the attribute names interned, as constants are.)
         self.serving = serving is not None
         self._ctx = (FileFinder, FILE_LOADERS, lib.PYCDS_PYC_TIMESTAMP, "_loaders", "path",
@@ -392,7 +391,7 @@ class IndexFinder:
         rules).  Where a step's path entry has no finder in
         ``sys.path_importer_cache`` yet, PathFinder would run the path hooks
         there: False, unless ``stock_hooks`` says they are importlib's own
-        (:func:`pycds.path_hooks_stock`), which make a FileFinder of that
+        (:func:`pycds._config.path_hooks_stock`), which make a FileFinder of that
         directory.  With ``serving``, a True verdict is ``[entry tuple,
         True]``.  None, False: as :meth:`find`."""
         out = []

@@ -18,8 +18,8 @@ import os
 
 from _frozen_importlib_external import _RAW_MAGIC_NUMBER
 
-from . import loader_patched
-from ._archive import PYC_CHECKED_HASH, PYC_NONE, PYC_TIMESTAMP, PYC_UNCHECKED_HASH
+from ._config import loader_patched
+from ._format import PYC_CHECKED_HASH, PYC_NONE, PYC_TIMESTAMP, PYC_UNCHECKED_HASH
 from .errors import program_raised
 
 __all__ = ["check", "stale", "classify_pyc", "pyc_facts", "source_hash",

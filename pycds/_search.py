@@ -36,7 +36,7 @@ from _frozen_importlib_external import (FileFinder, PathFinder,
                                         _get_supported_file_loaders,
                                         spec_from_file_location)
 
-from . import FILE_LOADERS, search_replayable
+from ._config import FILE_LOADERS, search_replayable
 from ._pyc import stat_or_none
 
 __all__ = ["Recorder", "find_spec", "replayed"]

@@ -3,15 +3,15 @@ it did not.
 
 The behaviour of the JDK's ``-XX:+AutoCreateSharedArchive`` (JDK 19, JEP
 350's dynamic archive made automatic): with the program's archive present
-and usable, a run is a SHARE run (pycds.finder); with none, or with one that
+and usable, a run is a SHARE run (pycds.share); with none, or with one that
 no longer fits, it shares what still fits and writes the archive at exit,
 so that the next run is served whole.
 
 At exit the modules of this run's imports that the archive did not fit --
-not in it (``pycds.finder.missed``), or in it but stale
-(``pycds.finder.stale``: edited, upgraded, moved) -- are copied into a
+not in it (``pycds.share.missed``), or in it but stale
+(``pycds.share.stale_report``: edited, upgraded, moved) -- are copied into a
 fresh archive together with every module of the old one they do not
-replace, whose chunks are carried over as they are (pycds._dumper).  When a
+replace, whose chunks are carried over as they are (pycds.dump.dumper).  When a
 write happens:
 
 - no usable archive (none yet, damaged, made by another interpreter or
@@ -26,7 +26,7 @@ write happens:
   not on every run.
 
 Writers of one archive take turns under its directory's lock
-(pycds._dumper); each one, holding it, looks again at the archive now there
+(pycds.dump.dumper); each one, holding it, looks again at the archive now there
 and writes only what that one still lacks, so processes ending at once
 (a server's workers, a test suite's subprocesses) write the archive once
 between them and none loses what another wrote.  Where the archive cannot
@@ -40,13 +40,11 @@ import os
 import sys
 import time
 
-from . import finder, is_hook_module
+from . import _config
+from ._config import is_hook_module
+from . import share as finder
 
 __all__ = ["install", "add_backoff_s"]
-
-# Set by the first AUTO process of a process tree, inherited by the rest:
-# only that one says the archive cannot be written.
-TREE_VAR = "PYCDS_AUTO_TREE"
 
 _ModuleType = type(sys)
 _MODULE_DICT = _ModuleType.__dict__["__dict__"]
@@ -76,22 +74,21 @@ class _Run:
         # it before its finder too, so it is not archived.
         self.preloaded = set(sys.modules) if preloaded is None else preloaded
         self.recording = False
-        self.settling = False   # a pycds._settle watcher was started
+        self.settling = False   # a pycds.dump.settle watcher was started
         self.wrote = False      # an archive write was made by this process
         self.warned = False
         # The first AUTO process of a process tree says what the tree
         # cannot write; the processes it starts inherit the mark.
-        self.tree_root = 0 if os.environ.get(TREE_VAR) else os.getpid()
-        os.environ[TREE_VAR] = "1"
+        self.tree_root = _config.auto_tree_root()
 
     def at_exit(self):
         # Never raises, never changes the exit status or the output.
         lock = None
         if self.settling:
-            from . import _settle
+            from .dump import settle as _settle
             lock = _settle.stop()
         try:
-            from . import is_main_interpreter
+            from ._config import is_main_interpreter
             # (The cheap look first: the full check of the interpreter
             # imports an extension module on 3.10/3.11.)
             if self.unfit() and is_main_interpreter():
@@ -100,7 +97,7 @@ class _Run:
             if lock is not None:
                 lock.release()
             if self.recording:
-                from . import _capture
+                from .dump import capture as _capture
                 _capture.stop()
 
     def is_tree_root(self):
@@ -109,14 +106,14 @@ class _Run:
 
     def write(self):
         """Write what the archive lacks, if a write is due (at exit, or
-        once imports have settled: pycds._settle).  Never raises; a
+        once imports have settled: pycds.dump.settle).  Never raises; a
         failure is one warning from the process tree's first process (the
         others say it at PYCDSVERBOSE=1)."""
         try:
             self.write_if_due()
         except BaseException as e:
             from . import _log
-            from ._writer import NotReplaceable
+            from ._files import NotReplaceable
             why = (e.strerror if isinstance(e, OSError) and e.strerror and
                    not isinstance(e, NotReplaceable) else str(e) or type(e).__name__)
             msg = (f"AUTO: no archive was written to {self.cfg.archive}: {why}; "
@@ -135,8 +132,8 @@ class _Run:
     def todo(self):
         """``(triples, stale)``: the ``(name, module, spec)`` of the
         archivable modules of this run the archive did not fit (specs read
-        as pycds._dumper.collect reads them), and whether any is stale."""
-        from . import _dumper
+        as pycds.dump.dumper.collect reads them), and whether any is stale."""
+        from .dump import dumper as _dumper
         out = []
         stale = False
         fresh = self.no_archive()
@@ -199,7 +196,7 @@ class _Run:
                              "are imported plainly; set PYCDSARCHIVE to a path in a "
                              "directory only you can write")
             return
-        from . import _dumper
+        from .dump import dumper as _dumper
         t0 = time.perf_counter()
         bump = not self.wrote
         self.wrote = True
@@ -217,7 +214,7 @@ class _Run:
 
 
 def _refresh(path, todo, replaces, check, bump=True, damaged=False):
-    """What to write into the archive now at ``path`` (pycds._dumper's
+    """What to write into the archive now at ``path`` (pycds.dump.dumper's
     ``refresh``, under the directory lock): the ``(name, module)`` pairs of
     the modules of ``todo`` (:meth:`_Run.todo`) it still lacks or holds
     stale (all of them when this run found it ``damaged``), and the
@@ -278,7 +275,7 @@ def install(cfg, preloaded=None, **where):
     usable archive the run records as DUMP does (the code its imports ran,
     their order), since it writes every module.  ``preloaded``: the modules
     start-up imported before pycds.pth ran (default: those imported now);
-    ``where``: pycds.finder.install's placement arguments."""
+    ``where``: pycds.share.install's placement arguments."""
     installed = finder.install(cfg, **where)
     run = _Run(cfg, installed, preloaded)
     if installed is None:
@@ -289,13 +286,13 @@ def install(cfg, preloaded=None, **where):
         run.warned = bool(not_replaceable(cfg.archive) or (
             os.path.lexists(cfg.archive) and directory_refusal(cfg.archive)))
     if installed is None:
-        from . import _capture, _import_order, _dumper
+        from .dump import capture as _capture, dumper as _dumper, import_order as _import_order
         run.recording = _capture.install()
         _import_order.install()
         _dumper.preload()
     atexit.register(run.at_exit)
     if cfg.settle > 0:
-        from . import _settle
+        from .dump import settle as _settle
         _settle.start(run.write, cfg.settle)
         run.settling = True
     return installed

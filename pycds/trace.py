@@ -1,7 +1,7 @@
 """TRACE: write the names of the modules a program imported, one a line.
 
 The list (``PYCDSLIST``) is the input of :func:`pycds._dump`.  Names are in
-the order their imports started (pycds._import_order); written atomically at
+the order their imports started (pycds.dump.import_order); written atomically at
 exit.  The processes of one TRACE run (a program and the children that
 inherit its environment: multiprocessing workers, subprocesses) write one
 list: each adds the names the list lacks, under a lock, as the processes of
@@ -13,13 +13,11 @@ import time
 
 from . import _config, _log
 
-# Set by the first TRACE process; children inherit it (see dump.SESSION_VAR).
-SESSION_VAR = "PYCDS_TRACE_SESSION"
 _HEADER = "# pycds trace session "
 
 
 def _why_not_list(head, size):
-    # pycds._writer.check_replaceable's judge of a module list: TRACE's header.
+    # pycds._files.check_replaceable's judge of a module list: TRACE's header.
     if head.startswith(_HEADER.encode()):
         return ""
     return f"is not a pycds module list (a file of {size} bytes without its header line)"
@@ -31,22 +29,17 @@ LIST_FILE = ("module list", ".lst", _why_not_list)
 _MAIN_NAMES = ("__main__", "__mp_main__")
 
 
-def trace_session():
-    """The id of this TRACE run (see _config.inherited_session)."""
-    return _config.inherited_session(SESSION_VAR)
-
-
 def module_names():
     """Names of the modules imported so far that an import of that name
     finds again, the main module excluded: a module whose spec has that
-    name (``pycds._dumper._spec_of``).  Not what extension modules put in
+    name (``pycds.dump.dumper._spec_of``).  Not what extension modules put in
     sys.modules themselves (Cython's spec-less ``cython_runtime`` and
     ``_cython_3_x``), nor aliases (``sys.modules['alias'] = json``):
     :func:`pycds._dump` would warn about them."""
-    from ._dumper import _spec_of, snapshot
-    from ._import_order import in_start_order
+    from .dump.dumper import spec_of, snapshot
+    from .dump.import_order import in_start_order
     return [name for name, module in in_start_order(snapshot())
-            if name not in _MAIN_NAMES and _spec_of(name, module) is not None]
+            if name not in _MAIN_NAMES and spec_of(name, module) is not None]
 
 
 def _session_names(path, session):
@@ -64,11 +57,11 @@ def _session_names(path, session):
 def write_list(path, names, session):
     """Write ``names`` to ``path``, one a line, via a temporary file, after
     the names an earlier process of ``session`` wrote there."""
-    from ._writer import check_replaceable
-    from ._dumper import _directory_lock
+    from ._files import check_replaceable
+    from ._files import directory_lock
     check_replaceable(path, LIST_FILE)
     path = os.path.abspath(path)
-    with _directory_lock(path):
+    with directory_lock(path):
         old = _session_names(path, session)
         have = set(old)
         names = old + [name for name in names if name not in have]
@@ -92,13 +85,13 @@ def write_list(path, names, session):
 def trace_at_exit(config):
     """atexit handler of TRACE mode; never raises; nothing in a
     subinterpreter."""
-    from . import is_main_interpreter
+    from ._config import is_main_interpreter
     if not is_main_interpreter():
         return
     try:
-        write_list(config.listfile, module_names(), trace_session())
+        write_list(config.listfile, module_names(), _config.trace_session())
     except BaseException as e:
-        from ._writer import NotReplaceable, say_not_written
+        from ._files import NotReplaceable, say_not_written
         if isinstance(e, NotReplaceable):
             say_not_written(config.listfile, e, "TRACE wrote no module list", "PYCDSLIST")
             return

@@ -2,7 +2,7 @@
 under SHARE with each mutant.
 
 Run with the interpreter pycds is installed in (it needs ``pycds._archive``,
-``pycds._writer`` and the native hash)::
+``pycds._files`` and the native hash)::
 
     python scripts/fuzz_archive.py --cases 1200 --jobs 2 [--seed N] [--keep DIR]
 
@@ -198,7 +198,7 @@ class Model:
         if not self.keep_sums:
             for e in self.entries:
                 e.chunk_sum = self.chunk_sum(e)
-        h, parts = _archive.layout(self.entries, len(self.heap), len(self.relocs) // 4,
+        h, parts = _archive.file_sections(self.entries, len(self.heap), len(self.relocs) // 4,
                             self.meta, self.header.archive_id, self.header.flags,
                             strict=False)
         out = bytearray(h.file_len)
@@ -456,7 +456,7 @@ def resigned_mutations(data, rng, n, used):
                             "heap_len", "reloc_off", "reloc_count", "nmodules",
                             "nbuckets", "entries_len", "meta_len", "py_hexversion",
                             "format", "file_len", "chunks_off", "chunks_sum"))
-        h, _ = _archive.layout(m.entries, len(m.heap), len(m.relocs) // 4, m.meta,
+        h, _ = _archive.file_sections(m.entries, len(m.heap), len(m.relocs) // 4, m.meta,
                         m.header.archive_id, strict=False)
         old = getattr(h, field)
         new = rng.choice([old + 8, old - 8 if old >= 8 else 0, old + 4096,

@@ -20,7 +20,7 @@ One input is one archive, its first byte choosing how it is read:
   only by the index (lookups, entries, chunk-table and chunk checksums),
   which must survive any well-signed content.
 
-An exception is a refusal, as the finder takes it (``pycds.finder``); a
+An exception is a refusal, as the finder takes it (``pycds.share``); a
 crash, a sanitizer report, a hang (``-timeout``) or a leak of the
 process's memory (``-rss_limit_mb``) is a finding, written by libFuzzer as
 ``crash-*``/``timeout-*``/``oom-*``.  A loaded archive keeps its mapping

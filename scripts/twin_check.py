@@ -48,7 +48,7 @@ import warnings
 import cprobe  # noqa: E402  (scripts/, beside this file)
 from pycds import _archive, _pyc
 from pycds import _nativeapi as N, _nativewriter as NW
-from pycds import _writer as W
+from pycds import _files as W
 from pycds.errors import NativeError
 
 V = sys.version_info[:2]
@@ -609,7 +609,7 @@ def write_archive(items, directory, name="twin.img"):
     heap, relocs = w.heap(), w.relocs()
     meta = _archive.meta_for_this_interpreter()
     meta["layout"] = NW.layout_id()
-    h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, seed)
+    h, parts = _archive.file_sections(entries, len(heap), len(relocs) // 4, meta, seed)
     parts = [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)]
     path = os.path.join(directory, name)
     W.write_atomic(path, parts, _archive.ARCHIVE_FILE)

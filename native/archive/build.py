@@ -11,7 +11,7 @@ from ``pycds_native.cdef`` and must match ``pycds_native.h``;
 a drift between them into a build error.  The C sources include CPython's
 headers (internal ones in ``common/layout.c``), so the module is built
 without the limited API.  The version stamped into the module is
-``pycds.__version__``, read from ``pycds/__init__.py``.
+``pycds.__version__``, read from ``pycds/_config.py``.
 """
 
 import os
@@ -22,6 +22,8 @@ from cffi import FFI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sanitize import sanitize_args  # noqa: E402  (native/sanitize.py)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import format_header  # noqa: E402  (native/archive/format_header.py)
 
 SANITIZE_COMPILE, SANITIZE_LINK = sanitize_args()
 
@@ -44,12 +46,12 @@ HEADERS = [
 
 
 def package_version(root=ROOT):
-    """``__version__`` of ``pycds/__init__.py`` under root, read as text (the
+    """``__version__`` of ``pycds/_config.py`` under root, read as text (the
     package is not importable while it is being built)."""
-    with open(os.path.join(root, "pycds", "__init__.py"), encoding="utf-8") as f:
+    with open(os.path.join(root, "pycds", "_config.py"), encoding="utf-8") as f:
         m = re.search(r'^__version__\s*=\s*"([^"]+)"', f.read(), re.M)
     if m is None:
-        raise RuntimeError("no __version__ in pycds/__init__.py")
+        raise RuntimeError("no __version__ in pycds/_config.py")
     return m.group(1)
 
 
@@ -80,16 +82,20 @@ def _read(name):
         return f.read()
 
 
+# The format's constants, from pycds/_format.py (not kept in git).
+GENERATED = os.path.join(ROOT, "native", "_gen")
+FORMAT_HEADER, FORMAT_DIGEST = format_header.write(ROOT, GENERATED)
+
 ffibuilder = FFI()
 ffibuilder.cdef(_read("pycds_native.cdef"))
 ffibuilder.set_source(
     "pycds._native",
     '#include "pycds_native.h"',
     sources=[_rel(s) for s in SOURCES],
-    include_dirs=[_rel("."), _rel("common")],
+    include_dirs=[_rel("."), _rel("common"), os.path.relpath(GENERATED, ROOT)],
     # setuptools rebuilds when these change (a stale build would keep an
     # old object layout).
-    depends=[_rel(h) for h in HEADERS],
+    depends=[_rel(h) for h in HEADERS] + [os.path.relpath(FORMAT_HEADER, ROOT)],
     define_macros=[
         ("_CFFI_NO_LIMITED_API", None),
         ("PYCDS_BUILD_VERSION", '"%s"' % package_version()),

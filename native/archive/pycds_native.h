@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pycds_format.h"   /* written by the build from pycds/_format.py */
+
 /* Status codes. */
 #define PYCDS_OK 0
 /* Mirrored as pycds.errors.E_*. */
@@ -73,6 +75,10 @@ const char *pycds_last_error(void);
 /* Version of this build of the native module; pycds/_nativeapi.py compares
  * it with the Python package's version.  Static string. */
 const char *pycds_build_version(void);
+
+/* Digest of the archive format this module was built for (PYCDS_FMT_DIGEST:
+ * native/archive/format_header.py over pycds/_format.py). */
+uint64_t pycds_format_digest(void);
 
 /* 64-bit hash (XXH64 algorithm) of n bytes with a seed. Pure, no GIL. */
 uint64_t pycds_hash64(const void *data, size_t n, uint64_t seed);
@@ -139,10 +145,9 @@ int pycds_strings_renumber(uint8_t *chunk, size_t len, const uint32_t *rel,
                            uint32_t *next);
 void pycds_writer_free(pycds_writer *w);
 
-/* The heap section's alignment in the file (a multiple of it; must match
- * HEAP_ALIGN in pycds/_archive.py).  A constant of the format, whatever
- * the page size where the archive is written or read. */
-#define PYCDS_HEAP_ALIGN 4096
+/* The heap section's alignment in the file (pycds/_format.py HEAP_ALIGN):
+ * the format's, whatever the page size where the archive is written or read. */
+#define PYCDS_HEAP_ALIGN PYCDS_FMT_HEAP_ALIGN
 
 /* What pycds_archive_open() needs of an archive's header and meta block
  * (docs/archive-format.md).  The caller owns it and layout_id. */
@@ -298,7 +303,7 @@ int pycds_index_hit(pycds_index *ix, uintptr_t name, uintptr_t path,
  * Pure, no GIL. */
 uint64_t pycds_keyed_hash(uint64_t key, const void *src, size_t n);
 
-/* serve.c: the served hit in C (pycds/finder.py).  pycds_serve_new appends
+/* serve.c: the served hit in C (pycds/share/__init__.py).  pycds_serve_new appends
  * a server made of the Python objects in tuple args, over index ix (kept
  * alive by the caller); pycds_serve_use gives it the native handle once
  * open.  (Its counters: in a bytearray of the caller's, see serve.c.) */

@@ -336,9 +336,9 @@ def test_a_child_forked_while_the_lock_is_held_does_not_keep_it(tmp_path):
     # the lock's descriptor, and close() alone left the lock held until the
     # child exited (the next writer waited LOCK_WAIT_S, then gave up).
     import fcntl
-    from pycds import _dumper
+    from pycds import _files
     path = str(tmp_path / "a.img")
-    with _dumper._directory_lock(path):
+    with _files.directory_lock(path):
         pid = os.fork()
         if pid == 0:
             time.sleep(3)
@@ -396,8 +396,8 @@ def test_a_program_that_imports_nothing_gets_an_empty_archive(tmp_path):
     # (3.13 imports linecache for -c, after pycds started: the interpreter's,
     # as is a sitecustomize such as Debian's.)
     assert archived(img) <= {"linecache"} | STARTUP_CUSTOMIZE
-    probe = ("import sys; print('ok', 'pycds.finder' in sys.modules, "
-             "'pycds._capture' in sys.modules)")
+    probe = ("import sys; print('ok', 'pycds.share' in sys.modules, "
+             "'pycds.dump.capture' in sys.modules)")
     r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img),
                    PYCDSVERBOSE=1)
     # Neither opened nor recording: nothing but the package and its settings

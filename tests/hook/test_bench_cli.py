@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-from pycds import _bench
+from pycds.cli import bench as _bench
 
 from conftest import run_python
 

@@ -36,7 +36,7 @@ def entry(number, name, origin="/nonexistent/m.py", pyc_path="", search=None,
 
 def write_index(path, entries, archive_id=0x1234_5678_9ABC_DEF0):
     """An archive holding ``entries`` and an empty heap; its Index."""
-    h, parts = _archive.layout(entries, 0, 0, _archive.meta_for_this_interpreter(),
+    h, parts = _archive.file_sections(entries, 0, 0, _archive.meta_for_this_interpreter(),
                                archive_id)
     buf = bytearray(h.file_len)
     buf[:_archive.HEADER_SIZE] = h.pack()
@@ -539,15 +539,15 @@ class TestNativeVerdict:
         # and then with the entry alone.
         import _frozen_importlib_external as bx
         import pycds
-        from pycds import finder
+        from pycds import share as finder
         d = tmp_path / "s"
         d.mkdir()
         e = timestamp_module(d, [(str(d), d)])
         origin, search = e.origin, e.search
         index = write_index(tmp_path / "a.img", [e])
         me, other = object(), object()
-        serving = (me, bx.PathFinder, pycds._STOCK_SEARCH,
-                   pycds._STOCK_LOADER_ATTRS + pycds._STOCK_SEARCH_FUNCS)
+        serving = (me, bx.PathFinder, pycds._config.STOCK_SEARCH,
+                   pycds._config.STOCK_LOADER_ATTRS + pycds._config.STOCK_SEARCH_FUNCS)
 
         def replaced(*args, **kwargs):
             raise AssertionError("not called")
@@ -597,8 +597,8 @@ class TestNativeVerdict:
                                         GivesBack(bx.SourceLoader.get_code))
                 got = _nativeapi.IndexFinder(index, index.descriptor(), True, serving).hit(
                     "m", None)
-                python = (finder._path_finder_next(me) and pycds.search_replayable()
-                          and not pycds.loader_patched()
+                python = (finder._path_finder_next(me) and pycds._config.search_replayable()
+                          and not pycds._config.loader_patched()
                           and not _search.own_search_methods(
                               sys.path_importer_cache[str(d)]))
         finally:
@@ -622,7 +622,7 @@ class TestNativeVerdict:
                 "    sys.path.clear(); sys.path_importer_cache.clear()\n"
                 "    return self.__dict__['path']\n"
                 "FileFinder.path = property(path)\n"
-                "import pycds.finder as f\n"
+                "import pycds.share as f\n"
                 "print(f._installed.archive.fast.hit('n', None)[-1])\n")
         r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.rc == 0 and r.out in ("True\n", "False\n"), r
@@ -649,7 +649,7 @@ def test_share_serves_through_the_native_hit_path(tmp_path):
     assert run_python(["-c", code], cwd=tmp_path).rc == 0
     r = run_python(["-c", code], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)
     assert r.rc == 0, r
-    report = ("; import pycds.finder as f; a = f._installed.archive; "
+    report = ("; import pycds.share as f; a = f._installed.archive; "
               "print(a.fast is not None, late.X)")
     r = run_python(["-c", code + report], cwd=tmp_path, PYCDSMODE="SHARE",
                    PYCDSARCHIVE=img, PYCDSVERBOSE=1)
@@ -1118,7 +1118,7 @@ def test_what_the_program_raises_after_the_native_stats_propagates(tmp_path):
             print("raised", e)
         sys.settrace(None)
         import csv
-        import pycds.finder as f
+        import pycds.share as f
         print(f._installed.archive.disabled, csv.QUOTE_ALL)
     """
     r = run_python(["-c", prog], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,

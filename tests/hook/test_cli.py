@@ -200,7 +200,7 @@ class TestCliUsage:
         # The parser python -m pycds uses, walked: a new argument without
         # help text fails here.  Only the command lines taken after "--"
         # are left out of the list (their usage line shows them).
-        from pycds.__main__ import parser
+        from pycds.cli.main import parser
 
         def walk(p, path):
             assert p.description, path
@@ -284,7 +284,7 @@ class TestCliUsage:
         for label in ("heap", "chunk table", "file"):
             m = re.search(rf"^{label}: +(\d+) (\w+)$", r.out, re.M)
             assert m and agrees(*m.group(1, 2)), (label, r)
-        from pycds._cache import counted
+        from pycds.cli.cache import counted
         assert [counted(n, "archive") for n in (0, 1, 2)] == \
             ["0 archives", "1 archive", "2 archives"]
         assert counted(1, "entry", "entries") == "1 entry"

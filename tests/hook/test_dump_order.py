@@ -1,8 +1,8 @@
-"""The layout order predicted from the modules' code (pycds._dump_order)."""
+"""The layout order predicted from the modules' code (pycds.dump.order)."""
 
 import textwrap
 
-from pycds import _dump_order
+from pycds.dump import order as _dump_order
 
 
 def imports(src, package=""):

@@ -654,7 +654,7 @@ class TestProgramExceptions:
         return img
 
     REPORT = textwrap.dedent("""
-        import pycds.finder as f
+        import pycds.share as f
         print("disabled", f._installed.archive.disabled, "served", f.stats()["served"])
     """)
 
@@ -663,14 +663,14 @@ class TestProgramExceptions:
     # an entry the native lookup does not take.  Set after a first import,
     # which opens the archive.
     DECLINE = textwrap.dedent("""
-        import inspect, pycds.finder
+        import inspect, pycds.share
         class Declining:
             serving = False
             def hit(self, *args):
                 return False
             def find(self, *args):
                 return False
-        pycds.finder._installed.archive.fast = Declining()
+        pycds.share._installed.archive.fast = Declining()
     """)
 
     def _import_under_tracer(self, tmp_path, tracer, exc):
@@ -845,7 +845,7 @@ class TestStartUpImports:
     """What the interpreter imports before the program runs (site's
     sitecustomize, 3.13's linecache for -c, runpy for -m) is imported plainly,
     before the archive is opened (which loads the native module): a short
-    program must not pay for it (pycds.imported_by_interpreter)."""
+    program must not pay for it (pycds._config.imported_by_interpreter)."""
 
     PROBE = ("import sys, sitecustomize; "
              "print(sitecustomize.STARTED, 'pycds._nativeapi' in sys.modules)")
@@ -864,7 +864,7 @@ class TestStartUpImports:
 
     def test_start_up_imports_do_not_open_the_archive(self, app):
         cwd, env = app
-        code = self.PROBE + "; print('pycds.finder' in sys.modules)"
+        code = self.PROBE + "; print('pycds.share' in sys.modules)"
         r = run_python(["-c", code], cwd=cwd, PYCDSMODE="SHARE", PYCDSVERBOSE=1, **env)
         assert r.out.split() == ["started", "False", "False"] and r.err == "", r
         # Opened (by a stats() call here, which loads the native module), it
@@ -1243,7 +1243,7 @@ class TestModes:
         assert runs(r) == runs(plain), (plain.err, r.err)    # 3.11: 1 (2 before)
 
     def test_api_dump_in_a_share_run_archives_served_modules(self, tmp_path):
-        """Modules served from an archive (pycds.finder.ArchivedCode) are archived
+        """Modules served from an archive (pycds.share.ArchivedCode) are archived
         by a dump in the same process like the others."""
         lst = tmp_path / "mods.lst"
         lst.write_text("json\n")
@@ -1397,7 +1397,7 @@ def test_the_hook_needs_none_of_the_companions_dependencies(tmp_path):
                        PYCDSVERBOSE=1)
         assert r.rc == 0 and r.out == "1\n" and r.warnings() == [], (mode, r)
     assert "m" in r.served()
-    api = run_python(["-c", _NO_BF16_DEPS + "import m, pycds, pycds.auto, pycds._cache\n"
+    api = run_python(["-c", _NO_BF16_DEPS + "import m, pycds, pycds.auto, pycds.cli.cache\n"
                       f"print(pycds.dump({img!r}) > 0)"], cwd=tmp_path)
     assert api.out == "True\n", api
 

@@ -7,7 +7,8 @@ from importlib.machinery import SourceFileLoader
 import pytest
 
 from conftest import import_state, run_python, uncache
-from pycds import _config, finder
+from pycds import _config
+from pycds import share as finder
 
 
 @pytest.fixture
@@ -135,7 +136,8 @@ class TestInstall:
         # the finder itself (it once recursed until RecursionError).
         root, img = archived_pkg
         r = run_python(["-c", f"""
-from pycds import _config, finder
+from pycds import _config
+from pycds import share as finder
 finder.install(_config.Config(mode=_config.MODE_SHARE, archive={img!r}, verbose={verbose}))
 import json, fmod, fpkg.sub
 print(fmod.VALUE)

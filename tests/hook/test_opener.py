@@ -11,7 +11,8 @@ import pytest
 from conftest import import_state, run_python
 
 import pycds
-from pycds import _config, finder
+from pycds import _config
+from pycds import share as finder
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ class TestWhatStartUpKeeps:
         # still learns its parent's interpreter facts.
         cwd, img = app
         r = share(cwd, img, "import os; print(os.environ['PYCDS_SHARE_SESSION'], "
-                            "'pycds.finder' in __import__('sys').modules)")
+                            "'pycds.share' in __import__('sys').modules)")
         tag, opened = r.out.split()
         assert len(tag) == 16 and opened == "False" and r.err == "", r
 
@@ -52,12 +53,12 @@ class TestWhatStartUpKeeps:
         assert r.fallbacks() == ["[pycds] fallback m: SourceFileLoader is patched"], r
 
     def test_pycds_s_own_module_as_the_first_import_runs_once(self, app):
-        # It does not open the archive (pycds.finder would be imported
+        # It does not open the archive (pycds.share would be imported
         # inside the program's import of it, and run twice); the next
         # import does, with that one module.
         cwd, img = app
-        r = share(cwd, img, "import pycds.finder as f, sys; opened = f._installed; import m; "
-                            "print(opened, f is sys.modules['pycds.finder'], "
+        r = share(cwd, img, "import pycds.share as f, sys; opened = f._installed; import m; "
+                            "print(opened, f is sys.modules['pycds.share'], "
                             "f._installed is not None, f.stats()['served'])")
         assert r.out.split() == ["None", "True", "True", "1"] and not r.warnings(), r
 
@@ -94,7 +95,7 @@ class TestTheFirstImport:
         code = textwrap.dedent("""\
             import sys
             def hook(event, args):
-                if event == "import" and args[0] == "pycds.finder":
+                if event == "import" and args[0] == "pycds.share":
                     raise RuntimeError("not here")
             sys.addaudithook(hook)
             import m, json
@@ -157,7 +158,7 @@ class TestTheFirstImport:
 
 
 class TestOpenerInProcess:
-    """The stand-in's decisions, with pycds.finder.install replaced."""
+    """The stand-in's decisions, with pycds.share.install replaced."""
 
     @pytest.fixture
     def opener(self):
@@ -167,29 +168,34 @@ class TestOpenerInProcess:
             yield o
 
     @staticmethod
-    def _install_raising(monkeypatch, exc, filename):
-        # install() replaced by code that raises exc in a file of that name
-        # (pycds's own, or the program's).
-        ns = {"exc": exc}
-        exec(compile("def install(*a, **k):\n    raise exc\n", filename, "exec"), ns)
-        monkeypatch.setattr(finder, "install", ns["install"])
+    def _install_raising(monkeypatch, exc, own):
+        # install() replaced by code that raises exc, run as the code of
+        # pycds's finder module (in its namespace: own) or of the program.
+        code = compile("def install(*a, **k):\n    raise _exc\n", "<install>", "exec")
+        if own:
+            monkeypatch.setattr(finder, "install", finder.install)
+            monkeypatch.setattr(finder, "_exc", exc, raising=False)
+            exec(code, vars(finder))
+        else:
+            ns = {"__name__": "app", "_exc": exc}
+            exec(code, ns)
+            monkeypatch.setattr(finder, "install", ns["install"])
 
     def test_the_programs_exception_propagates_and_the_next_import_opens(
             self, opener, monkeypatch):
         # A signal handler's or trace function's, raised inside the opening.
-        self._install_raising(monkeypatch, TimeoutError("the program's alarm"), __file__)
+        self._install_raising(monkeypatch, TimeoutError("the program's alarm"), own=False)
         with pytest.raises(TimeoutError):
             opener.open()
         assert not opener.done and opener.opening == 0
 
     @pytest.mark.parametrize("exc", [RecursionError, MemoryError])
     def test_the_programs_state_makes_one_import_plain(self, opener, monkeypatch, exc):
-        self._install_raising(monkeypatch, exc(), __file__)
+        self._install_raising(monkeypatch, exc(), own=False)
         assert opener.open() is None and not opener.done
 
     def test_a_fault_of_pycds_is_one_warning_then_plain(self, opener, monkeypatch, capsys):
-        self._install_raising(monkeypatch, KeyError("x"),
-                              os.path.join(os.path.dirname(pycds.__file__), "finder.py"))
+        self._install_raising(monkeypatch, KeyError("x"), own=True)
         assert opener.open() is None and opener.done
         assert opener.find_spec("json") is None
         err = capsys.readouterr().err

@@ -52,7 +52,7 @@ class TestPth:
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img)
         assert r.out.strip() == str(["pycds", "pycds._config", "pycds._native",
                                      "pycds._native.lib", "pycds._nativeapi",
-                                     "pycds.errors", "pycds.finder"]) and r.err == "", r
+                                     "pycds.errors", "pycds.share"]) and r.err == "", r
         r = run_python(["probe.py"], cwd=tmp_path, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
                        PYCDSVERBOSE="2")
         assert "pycds._log" in r.out and "[pycds] not in archive json" in r.err, r
@@ -154,7 +154,7 @@ def test_start_from_code_where_no_pth_is_read(tmp_path):
     (tmp_path / "mod_after.py").write_text("VALUE = 42\n")
     img = str(tmp_path / "a.img")
     prog = ("import pycds, sys; pycds.start(); import mod_after; "
-            "print(mod_after.VALUE, 'pycds.finder' in sys.modules)")
+            "print(mod_after.VALUE, 'pycds.share' in sys.modules)")
     env = dict(PYTHONPATH=os.pathsep.join([str(tmp_path), site_dir]), PYCDSARCHIVE=img)
     r = run_python(["-S", "-c", prog], cwd=tmp_path, PYCDSMODE="DUMP", **env)
     assert r.out == "42 False\n" and os.path.exists(img), r

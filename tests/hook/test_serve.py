@@ -15,7 +15,7 @@ from importlib.machinery import SourceFileLoader
 import pytest
 
 from conftest import import_state, run_python, uncache
-from pycds import finder
+from pycds import share as finder
 from test_cfind import dumped_app
 from test_finder import archived_pkg, make_finder, placed  # noqa: F401  (fixture)
 
@@ -151,7 +151,7 @@ if len(sys.argv) > 1:
             raise RuntimeError("raised while listing")
         return None
     sys.settrace(tracer)
-F = sys.modules.get("pycds.finder")
+F = sys.modules.get("pycds.share")
 served = F.stats()["served"] if F else 0
 try:
     import m

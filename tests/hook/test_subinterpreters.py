@@ -72,7 +72,7 @@ class TestSubinterpreters:
         assert (share.rc, share.out, share.warnings()) == (plain.rc, plain.out, []), share
 
     def test_a_subinterpreter_s_served_modules_are_not_the_main_s(self, tmp_path):
-        # stats() counts this interpreter's modules (pycds.finder's counters
+        # stats() counts this interpreter's modules (pycds.share's counters
         # are each interpreter's): the C server's counters too.
         (tmp_path / "prog.py").write_text(PROGRAM.replace(
             "import json\n",

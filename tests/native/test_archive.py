@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from pycds import _archive, errors
 from pycds import _nativeapi as N, _nativewriter as NW
-from pycds import _writer as W
+from pycds import _files as W
 from pycds.errors import NativeError
 
 from conftest import ROOT, flip_bits, run_python
@@ -642,10 +642,10 @@ class TestStringTable:
             assert "tab_only_in_a" in arch.load(index.lookup("b")).co_names
 
     def test_chunks_carried_over_are_numbered_after_the_new_ones(self, tmp_path):
-        # pycds._dumper._carry_over: a chunk of an earlier archive of the session
+        # pycds.dump.dumper._carry_over: a chunk of an earlier archive of the session
         # keeps one number per string of that archive, above those of the
         # archive being written.
-        from pycds import _dumper
+        from pycds.dump import dumper as _dumper
         old = NW.Writer(7)
         entries = []
         for k, (name, src) in enumerate((("a", SHARED_A), ("b", SHARED_B))):
@@ -657,7 +657,7 @@ class TestStringTable:
         meta = _archive.meta_for_this_interpreter()
         meta.update(layout=NW.layout_id(), session="s-1")
         heap, relocs = bytes(old.heap()), bytes(old.relocs())
-        h, parts = _archive.layout(entries, len(heap), len(relocs) // 4, meta, 7)
+        h, parts = _archive.file_sections(entries, len(heap), len(relocs) // 4, meta, 7)
         path = str(tmp_path / "old.img")
         W.write_atomic(path, [(0, h.pack())] + parts + [(h.heap_off, heap), (h.reloc_off, relocs)],
                        _archive.ARCHIVE_FILE)

@@ -180,7 +180,7 @@ def test_versions_drawn_from_the_counter_are_init_codes(tmp_path):
             "codes += [c for c in m.outer.__code__.co_consts if isinstance(c, types.CodeType)]\n"
             "vs = [_u32(id(c) + off) for c in codes]\n"
             "lo, hi = _u32(id(before) + off), _u32(id(after) + off)\n"
-            "import pycds.finder as f\n"
+            "import pycds.share as f\n"
             "print(f._installed.archive._native.version_counter,\n"
             "      len(set(vs)) == len(vs) and all(lo < v < hi for v in vs),\n"
             "      m.outer(1)(1), m.C().m())\n")

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from pycds import _archive, _dumper
+from pycds import _archive
+from pycds.dump import dumper as _dumper
 from pycds import _nativeapi as N
 from pycds.errors import ArchiveFormatError, ForeignArchiveError
 
@@ -349,7 +350,7 @@ def test_an_archive_copied_over_in_place_before_the_first_hit_is_taken(tmp_path)
 
 def test_a_descriptor_held_then_let_go(tmp_path, good):
     # SHARE's opening for a first import the archive holds keeps its
-    # descriptor (pycds.finder.install's `first`); let go, the next
+    # descriptor (pycds.share.install's `first`); let go, the next
     # descriptor() opens the file again, checked as at the opening.
     path = _write(tmp_path, good)
     f = N.ArchiveFile(path, out_of_the_way=True, hold=True)

@@ -112,7 +112,7 @@ import os, sys
 sys.path.insert(0, sys.argv[1])
 import twin_check as T
 from pycds import _archive, _nativeapi as N, _nativewriter as NW
-from pycds import _writer as W
+from pycds import _files as W
 page = os.sysconf("SC_PAGESIZE")
 names = [f"tab_given_back_name_{i:05d}" for i in range(6000)]
 src_a = "".join(f"{n} = {i}\\n" for i, n in enumerate(names))

@@ -92,10 +92,10 @@ class TestRun:
 
     def test_hook_does_not_import_bench(self, tmp_path):
         # Neither the reference benchmark nor the code it shares with
-        # `python -m pycds bench` (pycds._bench).
+        # `python -m pycds bench` (pycds.cli.bench).
         out = subprocess.run(
             [sys.executable, "-c", "import sys, json; print(any(m in sys.modules for m in "
-             "('pycds._bench', 'pycds_reference_bench', 'bench')))"],
+             "('pycds.cli.bench', 'pycds_reference_bench', 'bench')))"],
             cwd=str(tmp_path), env=clean_env(PYCDSMODE="SHARE",
                                              PYCDSARCHIVE=str(tmp_path / "none.img")),
             capture_output=True, text=True, timeout=60)

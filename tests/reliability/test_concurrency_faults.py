@@ -129,10 +129,10 @@ class TestKilledAndFailedDumps:
                 # Killed in the microseconds between the link and the
                 # rename: the named temporary of a dead writer, which the
                 # next dump sweeps.
-                from pycds import _writer
+                from pycds import _files as _writer
                 assert left == [n for n in left
                                 if n.startswith(f".app.img{_writer._TMP_MARK}{p.pid}.")], left
-                _writer._sweep_stale(str(adir), "app.img")
+                _writer.sweep_stale(str(adir), "app.img")
                 kinds.add("killed between link and rename")
             assert leftovers(adir, keep=("app.img",)) == [], (delay, os.listdir(adir))
             if os.path.exists(target):
@@ -295,11 +295,11 @@ class TestDumpEdges:
     def test_the_program_locks_the_archive_directory(self, tmp_path):
         """flock on the directory by the program (or by `flock DIR cmd`
         around it): the dump gives up after its wait with one warning
-        instead of waiting for good (pycds._dumper.LOCK_WAIT_S, shortened)."""
+        instead of waiting for good (pycds._files.LOCK_WAIT_S, shortened)."""
         prog = textwrap.dedent("""\
             import fcntl, json, os
-            import pycds._dumper
-            pycds._dumper.LOCK_WAIT_S = 0.3
+            import pycds._files
+            pycds._files.LOCK_WAIT_S = 0.3
             fd = os.open(".", os.O_RDONLY)
             fcntl.flock(fd, fcntl.LOCK_EX)
             print("done")
@@ -318,7 +318,7 @@ class TestDumpEdges:
             self, tmp_path, state):
         """The dump at exit needs the native module (with _cffi_backend,
         found on sys.path): imported at the start of the run
-        (pycds._dumper.preload), not through what the program did to the import
+        (pycds.dump.dumper.preload), not through what the program did to the import
         system by its end."""
         prog = textwrap.dedent("""\
             import sys, json
@@ -1067,7 +1067,8 @@ def test_an_index_opened_out_of_the_way_reads_the_archive_renamed_over_it(tmp_pa
     # descriptor.
     import csv
     import json
-    from pycds import _archive, _dumper
+    from pycds import _archive
+    from pycds.dump import dumper as _dumper
     path = str(tmp_path / "a.cds")
     _dumper.dump_modules([("json", json)], path)
     index = _archive.Index.open(path, out_of_the_way=True)

@@ -26,7 +26,7 @@ def runs(cwd, args, img, **env):
                        PYCDSVERBOSE=1, **env)
     plain = run_python(args, cwd=cwd, **env)
     assert (share.rc, share.out) == (plain.rc, plain.out), (plain, share)
-    # Only the stale-archive line a SHARE run may print at exit (pycds._stale).
+    # Only the stale-archive line a SHARE run may print at exit (pycds.share.stale_report).
     others = [w for w in share.warnings()
               if " archived modules this run imported were stale" not in w]
     assert not others and len(share.warnings()) <= 1, share

@@ -57,7 +57,7 @@ enum {
 };
 
 /* One record of the archive's chunk table (docs/archive-format.md), in the
- * writer's native byte order (struct "=" in pycds/_writer.py), which is
+ * writer's native byte order (struct "=" in pycds/_archive.py, chunk_table), which is
  * this machine's: the meta block's byteorder is checked at open. */
 typedef struct {
     uint64_t chunk_off;    /* offset of the chunk in the heap section */
@@ -68,6 +68,13 @@ typedef struct {
     uint32_t zero;         /* reserved, 0 */
     uint64_t checksum;     /* XXH64(chunk, seed) then XXH64(entries, that) */
 } pycds_chunk_rec;
+_Static_assert(sizeof(pycds_chunk_rec) == PYCDS_FMT_CHUNK_REC
+               && offsetof(pycds_chunk_rec, chunk_len) == PYCDS_FMT_CHUNK_CHUNK_LEN
+               && offsetof(pycds_chunk_rec, root_off) == PYCDS_FMT_CHUNK_ROOT_OFF
+               && offsetof(pycds_chunk_rec, reloc_first) == PYCDS_FMT_CHUNK_RELOC_FIRST
+               && offsetof(pycds_chunk_rec, reloc_count) == PYCDS_FMT_CHUNK_RELOC_COUNT
+               && offsetof(pycds_chunk_rec, checksum) == PYCDS_FMT_CHUNK_CHECKSUM,
+               "pycds_chunk_rec is pycds/_format.py's CHUNK_FIELDS");
 
 /* What stage 1 hands to stage 2. */
 typedef struct {
@@ -254,21 +261,6 @@ size_t pycds_object_size(PyObject *op, uint64_t avail);
 #define PYCDS_FD_PAST_MAX 65536
 #define PYCDS_FD_CEILING 4096
 int pycds_fd_place(int fd);
-
-/* Fields of an index entry's tuple (pycds/_archive.py ModuleEntry.__slots__),
- * as find.c reads it and serve.c builds a spec from it. */
-#define ENTRY_FIELDS 21
-#define ENTRY_NUMBER 0
-#define ENTRY_NAME 1
-#define ENTRY_ORIGIN 2
-#define ENTRY_MTIME_NS 5
-#define ENTRY_SIZE 6
-#define ENTRY_PYC_PATH 8
-#define ENTRY_PYC_KIND 9
-#define ENTRY_PYC_MTIME_NS 10
-#define ENTRY_PYC_SIZE 11
-#define ENTRY_CHUNK_LEN 14
-#define ENTRY_SEARCH 20
 
 /* find.c: pycds_index_hit for callers holding the GIL (serve.c), which
  * also lets a FileFinder read its directory's listing again as its

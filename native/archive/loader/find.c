@@ -1,4 +1,4 @@
-/* find.c -- the raw work of the finder's archive hit (pycds/finder.py), in
+/* find.c -- the raw work of the finder's archive hit (pycds/share/__init__.py), in
  * one call: the index lookup of a name and the stats its checks need.
  *
  * Facts only, no verdict: pycds_index_find() finds the name's entry as
@@ -22,9 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define EMPTY_BUCKET 0xFFFFFFFFu
-#define ENTRY_READ 1024           /* pycds/_archive.py _ENTRY_READ */
-#define NAME_KEY 0x50594344534e4dULL   /* pycds/_archive.py _NAME_KEY */
 /* Paths stat'ed per call: the search's directories, its package
  * directory, the source and the .pyc; a longer search declines. */
 #define MAX_PATHS 64
@@ -60,7 +57,7 @@ read_at(int fd, uint8_t *buf, size_t n, uint64_t off)
 static const uint8_t *
 window_at(pycds_index *ix, uint64_t off, uint64_t n, uint8_t *own)
 {
-    if (ix->window_cap < ENTRY_READ || ix->window == NULL) {
+    if (ix->window_cap < PYCDS_FMT_ENTRY_READ || ix->window == NULL) {
         return read_at(ix->fd, own, (size_t)n, ix->entries_off + off) < 0 ? NULL : own;
     }
     if (ix->window_len == 0 || off < ix->window_lo
@@ -86,16 +83,16 @@ window_at(pycds_index *ix, uint64_t off, uint64_t n, uint8_t *own)
 static PyObject *
 read_entry(pycds_index *ix, uint64_t off)
 {
-    uint8_t head[ENTRY_READ];
+    uint8_t head[PYCDS_FMT_ENTRY_READ];
     uint8_t *rec = head;
     const uint8_t *in;
     uint64_t avail, length;
     PyObject *obj = NULL;
 
-    if (off + 12 > ix->entries_len) {
+    if (off + PYCDS_FMT_ENTRY_HEAD > ix->entries_len) {
         return NULL;
     }
-    avail = ix->entries_len - off < ENTRY_READ ? ix->entries_len - off : ENTRY_READ;
+    avail = ix->entries_len - off < PYCDS_FMT_ENTRY_READ ? ix->entries_len - off : PYCDS_FMT_ENTRY_READ;
     in = window_at(ix, off, avail, head);
     if (in == NULL) {
         return NULL;
@@ -104,7 +101,7 @@ read_entry(pycds_index *ix, uint64_t off)
         memcpy(head, in, (size_t)avail);
     }
     length = pycds_le32(head);
-    if (length < 12 || off + length > ix->entries_len) {
+    if (length < PYCDS_FMT_ENTRY_HEAD || off + length > ix->entries_len) {
         return NULL;
     }
     if (length > avail) {
@@ -118,14 +115,15 @@ read_entry(pycds_index *ix, uint64_t off)
             goto done;
         }
     }
-    if (pycds_checksum(rec + 12, (size_t)length - 12, ix->key) != pycds_le64(rec + 4)) {
+    if (pycds_checksum(rec + PYCDS_FMT_ENTRY_HEAD, (size_t)length - PYCDS_FMT_ENTRY_HEAD, ix->key)
+            != pycds_le64(rec + 4)) {
         goto done;
     }
-    obj = PyMarshal_ReadObjectFromString((const char *)rec + 12,
-                                         (Py_ssize_t)length - 12);
+    obj = PyMarshal_ReadObjectFromString((const char *)rec + PYCDS_FMT_ENTRY_HEAD,
+                                         (Py_ssize_t)length - PYCDS_FMT_ENTRY_HEAD);
     if (obj == NULL) {
         PyErr_Clear();
-    } else if (!PyTuple_CheckExact(obj) || PyTuple_GET_SIZE(obj) != ENTRY_FIELDS) {
+    } else if (!PyTuple_CheckExact(obj) || PyTuple_GET_SIZE(obj) != PYCDS_FMT_ENTRY_FIELDS) {
         Py_CLEAR(obj);
     }
 done:
@@ -263,8 +261,8 @@ no_path(path_fact *f)
 static int
 gather(PyObject *entry, int files, path_fact *facts, int *n, Py_ssize_t *nsteps)
 {
-    PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
-    PyObject *pyc = PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH);
+    PyObject *search = PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_SEARCH);
+    PyObject *pyc = PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_PYC_PATH);
     PyObject *steps, *step;
 
     *nsteps = 0;
@@ -297,7 +295,7 @@ gather(PyObject *entry, int files, path_fact *facts, int *n, Py_ssize_t *nsteps)
     if (!files) {
         return 0;
     }
-    if (add_path(&facts[(*n)++], PyTuple_GET_ITEM(entry, ENTRY_ORIGIN), 0) < 0) {
+    if (add_path(&facts[(*n)++], PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_ORIGIN), 0) < 0) {
         return -1;
     }
     if (pyc == Py_None || (PyUnicode_CheckExact(pyc) && PyUnicode_GET_LENGTH(pyc) == 0)) {
@@ -702,7 +700,7 @@ done:
  * search_replayable()).
  * A step's entry with no finder in sys.path_importer_cache yet is no
  * verdict, unless ctx says that the path hooks are importlib's own
- * (pycds.path_hooks_stock): they would make a FileFinder of the entry,
+ * (pycds._config.path_hooks_stock): they would make a FileFinder of the entry,
  * whose path is the entry (absolute) or the working directory (''), with
  * the stock loaders; the step replays when that is the recorded directory
  * and its stamp holds.  1 or 0 (any doubt, any error); -1 with the
@@ -715,8 +713,8 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     PyObject *loaders = PyTuple_GET_ITEM(ctx, 1);
     PyObject *loaders_attr = PyTuple_GET_ITEM(ctx, 3);
     PyObject *path_attr = PyTuple_GET_ITEM(ctx, 4);
-    PyObject *search = PyTuple_GET_ITEM(entry, ENTRY_SEARCH);
-    PyObject *name = PyTuple_GET_ITEM(entry, ENTRY_NAME);
+    PyObject *search = PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_SEARCH);
+    PyObject *name = PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_NAME);
     PyObject *steps, *cache;
     int ok = 0;
     int stock_hooks = PyTuple_GET_ITEM(ctx, 5) == Py_True;
@@ -758,7 +756,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         dir = PyTuple_GET_ITEM(step, 1);
         /* (The module's own step: its file must be what the directory
          * gives first.) */
-        want = i == nsteps - 1 ? PyTuple_GET_ITEM(entry, ENTRY_ORIGIN) : NULL;
+        want = i == nsteps - 1 ? PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_ORIGIN) : NULL;
         if (finder == NULL) {
             /* Not cached: PathFinder would run the path hooks here, in the
              * middle of its search.  Unless they are importlib's own, the
@@ -802,7 +800,7 @@ replays(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     ok = PyTuple_GET_ITEM(search, 1) == Py_None
          || stamp_is(&facts[nsteps], PyTuple_GET_ITEM(search, 2))
          || answers_as_dumped(PyTuple_GET_ITEM(PyTuple_GET_ITEM(steps, nsteps - 1), 1),
-                              name, PyTuple_GET_ITEM(entry, ENTRY_ORIGIN), loaders);
+                              name, PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_ORIGIN), loaders);
 done:
     Py_DECREF(path);
     Py_DECREF(cache);
@@ -828,7 +826,7 @@ facts_are(const path_fact *f, PyObject *a, PyObject *b)
 }
 
 /* Whether the .pyc path recorded for origin is what ModuleSpec.cached
- * computes for it now (pycds.finder._cached): no sys.pycache_prefix, and
+ * computes for it now (pycds.share._cached): no sys.pycache_prefix, and
  * the path is in the __pycache__ beside the source. */
 static int
 cached_is_recorded(PyObject *origin, PyObject *pyc)
@@ -891,10 +889,10 @@ stored(PyObject *obj, PyObject *name)
 /* Whether what the verdict assumes of the import system still holds
  * (`serving`, from pycds._nativeapi.IndexFinder): (finder, PathFinder,
  * search, loader).  The finder stands just before PathFinder on
- * sys.meta_path (pycds.finder._path_finder_next), each (class, name,
+ * sys.meta_path (pycds.share._path_finder_next), each (class, name,
  * original) of `search` is in the class's own dict as pycds started with it
  * (None: not there; pycds.search_replayable), and each (object, name, value) of `loader`
- * is what stored() finds (pycds.loader_patched), compared by identity.
+ * is what stored() finds (pycds._config.loader_patched), compared by identity.
  * 1 or 0 (any doubt, any error): the Python side then checks the same,
  * its way. */
 static int
@@ -980,7 +978,7 @@ static int
 verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
         PyObject *path, PyObject *ctx, int fill)
 {
-    PyObject *kind = PyTuple_GET_ITEM(entry, ENTRY_PYC_KIND);
+    PyObject *kind = PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_PYC_KIND);
     int eq;
 
     if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != 7) {
@@ -988,12 +986,12 @@ verdict(PyObject *entry, const path_fact *facts, Py_ssize_t nsteps,
     }
     eq = PyObject_RichCompareBool(kind, PyTuple_GET_ITEM(ctx, 2), Py_EQ);
     if (eq != 1
-            || !facts_are(&facts[nsteps + 1], PyTuple_GET_ITEM(entry, ENTRY_MTIME_NS),
-                          PyTuple_GET_ITEM(entry, ENTRY_SIZE))
-            || !facts_are(&facts[nsteps + 2], PyTuple_GET_ITEM(entry, ENTRY_PYC_MTIME_NS),
-                          PyTuple_GET_ITEM(entry, ENTRY_PYC_SIZE))
-            || !cached_is_recorded(PyTuple_GET_ITEM(entry, ENTRY_ORIGIN),
-                                   PyTuple_GET_ITEM(entry, ENTRY_PYC_PATH))) {
+            || !facts_are(&facts[nsteps + 1], PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_MTIME_NS),
+                          PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_SIZE))
+            || !facts_are(&facts[nsteps + 2], PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_PYC_MTIME_NS),
+                          PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_PYC_SIZE))
+            || !cached_is_recorded(PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_ORIGIN),
+                                   PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_PYC_PATH))) {
         return 0;
     }
     /* The import system's parts before the search: where a finder of the
@@ -1075,12 +1073,12 @@ find(pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
         rc = PYCDS_E_ARG;
         goto done;
     }
-    h = pycds_checksum(utf8, (size_t)len, NAME_KEY);
+    h = pycds_checksum(utf8, (size_t)len, PYCDS_FMT_NAME_KEY);
     i = h & mask;
     for (uint64_t probe = 0; probe < ix->nbuckets; probe++, i = (i + 1) & mask) {
-        const uint8_t *b = ix->buckets + 8 * i;
+        const uint8_t *b = ix->buckets + PYCDS_FMT_BUCKET_SIZE * i;
         uint32_t off = pycds_le32(b + 4);
-        if (off == EMPTY_BUCKET) {
+        if (off == PYCDS_FMT_EMPTY_BUCKET) {
             rc = PYCDS_OK;       /* not in the archive */
             goto done;
         }
@@ -1095,7 +1093,7 @@ find(pycds_index *ix, uintptr_t name_obj, int flags, uintptr_t out_list,
         if (entry == NULL) {
             goto done;           /* Index.lookup raises: let it */
         }
-        eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, ENTRY_NAME), name, Py_EQ);
+        eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, PYCDS_FMT_ENTRY_NAME), name, Py_EQ);
         if (eq < 0) {
             PyErr_Clear();
             goto done;

@@ -21,13 +21,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAGIC "PYCDS\0ar"
-#define FORMAT_VERSION 6          /* pycds/_archive.py FORMAT_VERSION */
-#define HEADER_SIZE 256
-#define SUM_AT 248                /* the header's own checksum */
-#define HEADER_KEY 0x50594344534844ULL   /* "PYCDSHD" */
-#define CHUNK_REC 40              /* bytes of a chunk-table record */
 #define MAX_LINKS 40              /* symbolic links followed (MAXSYMLINKS) */
+
+uint64_t
+pycds_format_digest(void)
+{
+    return PYCDS_FMT_DIGEST;
+}
 
 /* ---- trust ------------------------------------------------------------ */
 
@@ -239,39 +239,40 @@ foreign_version(uint32_t hexversion, const char *tail)
                       hexversion >> 16 & 0xFF, tail);
 }
 
-/* Parse and check the header b (HEADER_SIZE bytes) of a file of file_len
+/* Parse and check the header b (PYCDS_FMT_HEADER_SIZE bytes) of a file of
+ * file_len
  * bytes into o: pycds/_archive.py's Header fields. */
 static int
 parse_header(const uint8_t *b, uint64_t file_len, int check_version, pycds_opened *o)
 {
-    if (memcmp(b, MAGIC, 8) != 0) {
+    if (memcmp(b, PYCDS_FMT_MAGIC, PYCDS_FMT_MAGIC_LEN) != 0) {
         return pycds_fail(PYCDS_E_CORRUPT, "not a pycds archive (bad magic)");
     }
-    o->format = pycds_le32(b + 8);
-    o->header_size = pycds_le32(b + 12);
-    o->archive_id = pycds_le64(b + 16);
-    o->created_ns = pycds_le64(b + 24);
-    o->nmodules = pycds_le32(b + 32);
-    o->flags = pycds_le32(b + 36);
-    o->meta_off = pycds_le64(b + 40);
-    o->meta_len = pycds_le64(b + 48);
-    o->buckets_off = pycds_le64(b + 56);
-    o->nbuckets = pycds_le64(b + 64);
-    o->entries_off = pycds_le64(b + 72);
-    o->entries_len = pycds_le64(b + 80);
-    o->heap_off = pycds_le64(b + 88);
-    o->heap_len = pycds_le64(b + 96);
-    o->reloc_off = pycds_le64(b + 104);
-    o->reloc_count = pycds_le64(b + 112);
-    o->file_len = pycds_le64(b + 120);
-    o->meta_sum = pycds_le64(b + 128);
-    o->buckets_sum = pycds_le64(b + 136);
-    o->py_hexversion = pycds_le32(b + 144);
-    o->chunks_off = pycds_le64(b + 152);
-    o->chunks_sum = pycds_le64(b + 160);
-    if (o->format != FORMAT_VERSION) {
+    o->format = pycds_le32(b + PYCDS_FMT_H_FORMAT);
+    o->header_size = pycds_le32(b + PYCDS_FMT_H_HEADER_SIZE);
+    o->archive_id = pycds_le64(b + PYCDS_FMT_H_ARCHIVE_ID);
+    o->created_ns = pycds_le64(b + PYCDS_FMT_H_CREATED_NS);
+    o->nmodules = pycds_le32(b + PYCDS_FMT_H_NMODULES);
+    o->flags = pycds_le32(b + PYCDS_FMT_H_FLAGS);
+    o->meta_off = pycds_le64(b + PYCDS_FMT_H_META_OFF);
+    o->meta_len = pycds_le64(b + PYCDS_FMT_H_META_LEN);
+    o->buckets_off = pycds_le64(b + PYCDS_FMT_H_BUCKETS_OFF);
+    o->nbuckets = pycds_le64(b + PYCDS_FMT_H_NBUCKETS);
+    o->entries_off = pycds_le64(b + PYCDS_FMT_H_ENTRIES_OFF);
+    o->entries_len = pycds_le64(b + PYCDS_FMT_H_ENTRIES_LEN);
+    o->heap_off = pycds_le64(b + PYCDS_FMT_H_HEAP_OFF);
+    o->heap_len = pycds_le64(b + PYCDS_FMT_H_HEAP_LEN);
+    o->reloc_off = pycds_le64(b + PYCDS_FMT_H_RELOC_OFF);
+    o->reloc_count = pycds_le64(b + PYCDS_FMT_H_RELOC_COUNT);
+    o->file_len = pycds_le64(b + PYCDS_FMT_H_FILE_LEN);
+    o->meta_sum = pycds_le64(b + PYCDS_FMT_H_META_SUM);
+    o->buckets_sum = pycds_le64(b + PYCDS_FMT_H_BUCKETS_SUM);
+    o->py_hexversion = pycds_le32(b + PYCDS_FMT_H_PY_HEXVERSION);
+    o->chunks_off = pycds_le64(b + PYCDS_FMT_H_CHUNKS_OFF);
+    o->chunks_sum = pycds_le64(b + PYCDS_FMT_H_CHUNKS_SUM);
+    if (o->format != PYCDS_FMT_FORMAT_VERSION) {
         return pycds_fail(PYCDS_E_FOREIGN, "archive format %u, this pycds reads format %d",
-                          o->format, FORMAT_VERSION);
+                          o->format, PYCDS_FMT_FORMAT_VERSION);
     }
     /* Before the checksum: SipHash-2-4 on 3.10, 1-3 from 3.11 on, so another
      * version's header could not even be verified; say which made it. */
@@ -281,7 +282,8 @@ parse_header(const uint8_t *b, uint64_t file_len, int check_version, pycds_opene
                  PY_MINOR_VERSION);
         return foreign_version(o->py_hexversion, tail);
     }
-    if (pycds_le64(b + SUM_AT) != pycds_checksum(b, SUM_AT, HEADER_KEY)) {
+    if (pycds_le64(b + PYCDS_FMT_HEADER_SUM_AT)
+            != pycds_checksum(b, PYCDS_FMT_HEADER_SUM_AT, PYCDS_FMT_HEADER_KEY)) {
         if ((o->py_hexversion >= 0x030B0000) != (PY_VERSION_HEX >= 0x030B0000)) {
             char tail[128];
             snprintf(tail, sizeof tail, ", whose checksums this Python %d.%d cannot verify; "
@@ -296,13 +298,13 @@ parse_header(const uint8_t *b, uint64_t file_len, int check_version, pycds_opene
                           (unsigned long long)o->file_len);
     }
     const struct { uint64_t off, count, size; } sections[] = {
-        {o->meta_off, o->meta_len, 1}, {o->buckets_off, o->nbuckets, 8},
-        {o->entries_off, o->entries_len, 1}, {o->chunks_off, o->nmodules, CHUNK_REC},
-        {o->heap_off, o->heap_len, 1}, {o->reloc_off, o->reloc_count, 4},
+        {o->meta_off, o->meta_len, 1}, {o->buckets_off, o->nbuckets, PYCDS_FMT_BUCKET_SIZE},
+        {o->entries_off, o->entries_len, 1}, {o->chunks_off, o->nmodules, PYCDS_FMT_CHUNK_REC},
+        {o->heap_off, o->heap_len, 1}, {o->reloc_off, o->reloc_count, PYCDS_FMT_RELOC_SIZE},
     };
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
         uint64_t off = sections[i].off;
-        if (off < HEADER_SIZE || off > file_len
+        if (off < PYCDS_FMT_HEADER_SIZE || off > file_len
                 || sections[i].count > (file_len - off) / sections[i].size) {
             return pycds_fail(PYCDS_E_CORRUPT, "section outside the file");
         }
@@ -364,7 +366,7 @@ int
 pycds_archive_read_index(const char *path, int flags, pycds_opened *o)
 {
     struct stat st;
-    uint8_t head[HEADER_SIZE];
+    uint8_t head[PYCDS_FMT_HEADER_SIZE];
     int rc;
     if (path == NULL || o == NULL) {
         return pycds_fail(PYCDS_E_ARG, "no path or no result");
@@ -388,12 +390,12 @@ pycds_archive_read_index(const char *path, int flags, pycds_opened *o)
             && ((rc = check_owner(&st)) != PYCDS_OK || (rc = check_directories(path)) != PYCDS_OK)) {
         goto fail;
     }
-    if (st.st_size < HEADER_SIZE) {
+    if (st.st_size < PYCDS_FMT_HEADER_SIZE) {
         rc = pycds_fail(PYCDS_E_CORRUPT, "file is %lld bytes, shorter than a header",
                         (long long)st.st_size);
         goto fail;
     }
-    int r = pycds_pread_all(fd, head, HEADER_SIZE, 0);
+    int r = pycds_pread_all(fd, head, PYCDS_FMT_HEADER_SIZE, 0);
     if (r != 0) {
         rc = r < 0 ? unreadable(errno)
                    : pycds_fail(PYCDS_E_CORRUPT, "file is shorter than a header");
@@ -402,7 +404,7 @@ pycds_archive_read_index(const char *path, int flags, pycds_opened *o)
     if ((rc = parse_header(head, (uint64_t)st.st_size, flags & PYCDS_OPEN_VERSION, o)) != PYCDS_OK
             || (rc = read_part(fd, o->meta_off, o->meta_len, o->archive_id, o->meta_sum,
                                "meta", &o->meta)) != PYCDS_OK
-            || (rc = read_part(fd, o->buckets_off, o->nbuckets * 8, o->archive_id,
+            || (rc = read_part(fd, o->buckets_off, o->nbuckets * PYCDS_FMT_BUCKET_SIZE, o->archive_id,
                                o->buckets_sum, "bucket table", &o->buckets)) != PYCDS_OK) {
         goto fail;
     }

@@ -1,14 +1,14 @@
 /* serve.c -- the served hit in C: the finder's find_spec where the native
  * verdict takes a name, and a served module's get_code.
  *
- * pycds/finder.py makes one server per opened archive and, where the
+ * pycds/share/__init__.py makes one server per opened archive and, where the
  * verdict may serve (PYCDSCHECK=mtime, not verbose, the import system's
  * parts stock), puts the server's find_spec on its finder as an instance
  * attribute.  A hit then runs no Python of pycds: the index lookup, the
  * stats and the verdict (find.c), the spec built as pycds._search builds
  * it (importlib's own SourceFileLoader and spec_from_file_location), and
  * the loader's get_code an ArchivedCode (type made here, methods from the
- * Python class pycds.finder.ArchivedCode) whose call loads the archived
+ * Python class pycds.share.ArchivedCode) whose call loads the archived
  * code object.  Whatever the verdict does not take, and every failure,
  * goes to the Python side unchanged (the finder's Python find_spec, the
  * ArchivedCode's _call_py / _failed), which judges and warns as before:
@@ -24,9 +24,9 @@
 #include <structmember.h>
 #include <time.h>
 
-/* Counters of served hits (pycds.finder.stats adds them), in the bytearray
- * pycds.finder._served_counts (each interpreter's, as pycds.finder's own
- * counters are: a subinterpreter of 3.10/3.11 has its pycds.finder). */
+/* Counters of served hits (pycds.share.stats adds them), in the bytearray
+ * pycds.share._served_counts (each interpreter's, as pycds.share's own
+ * counters are: a subinterpreter of 3.10/3.11 has its pycds.share). */
 enum { N_SERVED, N_REPLAYED, BYTES_SERVED, LOAD_NS, BYTES_RELEASED, N_COUNTS };
 
 typedef struct {
@@ -35,14 +35,14 @@ typedef struct {
                               * argument gives it the facts gathered here */
     PyObject *release;       /* _Archive.release_finished (bound) */
     PyObject *ran;           /* _Archive.ran: (entry, spec) pairs */
-    PyObject *missed;        /* pycds.finder.missed */
+    PyObject *missed;        /* pycds.share.missed */
     PyObject *ctx;           /* IndexFinder._ctx: find.c's verdict context */
     PyObject *loader_type;   /* SourceFileLoader */
     PyObject *spec_from;     /* spec_from_file_location */
-    PyObject *plain_reduce;  /* pycds.finder._PlainReduce */
+    PyObject *plain_reduce;  /* pycds.share._PlainReduce */
     PyObject *fix_filename;  /* _imp._fix_co_filename */
     PyObject *archive;       /* the Python _Archive */
-    PyObject *counts;        /* pycds.finder._served_counts (a bytearray) */
+    PyObject *counts;        /* pycds.share._served_counts (a bytearray) */
     PyTypeObject *code_type; /* its ArchivedCode type */
     pycds_index *ix;   /* the index (IndexFinder's, kept alive there) */
     pycds_archive *a;        /* the native handle, once open */
@@ -59,7 +59,7 @@ typedef struct {
 } served_code;
 
 /* The types, made for the Python class `methods` they were last made for
- * (a subinterpreter of 3.10/3.11 has its own pycds.finder). */
+ * (a subinterpreter of 3.10/3.11 has its own pycds.share). */
 static PyTypeObject *server_type, *code_type;
 static PyObject *code_methods;
 static PyObject *s_name, *s_path, *s_dict_get_code, *s_reduce_ex, *s_cached,
@@ -246,8 +246,8 @@ static PyObject *code_make(PyTypeObject *tp, PyObject *const *fields);
 static PyObject *
 verdict_spec(server *s, PyObject *fullname, PyObject *e)
 {
-    PyObject *origin = PyTuple_GET_ITEM(e, ENTRY_ORIGIN);
-    PyObject *search = PyTuple_GET_ITEM(e, ENTRY_SEARCH);
+    PyObject *origin = PyTuple_GET_ITEM(e, PYCDS_FMT_ENTRY_ORIGIN);
+    PyObject *search = PyTuple_GET_ITEM(e, PYCDS_FMT_ENTRY_SEARCH);
     PyObject *pkg_dir, *loader = NULL, *locs = NULL, *spec = NULL, *code = NULL;
     PyObject *reduce = NULL, *pair = NULL, *dict = NULL;
 
@@ -271,14 +271,14 @@ verdict_spec(server *s, PyObject *fullname, PyObject *e)
     PyObject *sargs[4] = {fullname, origin, loader, locs};
     spec = PyObject_Vectorcall(s->spec_from, sargs, 2, s_kwnames);
     if (spec == NULL
-            || PyObject_SetAttr(spec, s_cached, PyTuple_GET_ITEM(e, ENTRY_PYC_PATH)) < 0) {
+            || PyObject_SetAttr(spec, s_cached, PyTuple_GET_ITEM(e, PYCDS_FMT_ENTRY_PYC_PATH)) < 0) {
         Py_CLEAR(spec);
         goto done;
     }
     count(s, N_REPLAYED, 1);
     PyObject *fields[7] = {(PyObject *)s, loader, fullname,
-                           PyTuple_GET_ITEM(e, ENTRY_NUMBER), PyTuple_GET_ITEM(e, ENTRY_CHUNK_LEN),
-                           PyTuple_GET_ITEM(e, ENTRY_MTIME_NS), PyTuple_GET_ITEM(e, ENTRY_SIZE)};
+                           PyTuple_GET_ITEM(e, PYCDS_FMT_ENTRY_NUMBER), PyTuple_GET_ITEM(e, PYCDS_FMT_ENTRY_CHUNK_LEN),
+                           PyTuple_GET_ITEM(e, PYCDS_FMT_ENTRY_MTIME_NS), PyTuple_GET_ITEM(e, PYCDS_FMT_ENTRY_SIZE)};
     code = code_make(s->code_type, fields);
     if (code == NULL) {
         Py_CLEAR(spec);
@@ -395,7 +395,7 @@ static PyType_Slot server_slots[] = {
 };
 
 static PyType_Spec server_spec = {
-    "pycds.finder.Server", sizeof(server), 0,
+    "pycds.share.Server", sizeof(server), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, server_slots,
 };
 
@@ -479,7 +479,7 @@ code_make(PyTypeObject *tp, PyObject *const *fields)
 }
 
 /* Whether the loader parts plain import's get_code uses are the stock ones
- * (pycds.loader_patched() false): the `loader` part of the verdict's
+ * (pycds._config.loader_patched() false): the `loader` part of the verdict's
  * serving context, as find.c's serving_stock() checks it. */
 static int
 loader_stock(server *s)
@@ -662,7 +662,7 @@ static PyType_Slot code_slots[] = {
 };
 
 static PyType_Spec code_spec = {
-    "pycds.finder.ArchivedCode", sizeof(served_code), 0,
+    "pycds.share.ArchivedCode", sizeof(served_code), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, code_slots,
 };
 

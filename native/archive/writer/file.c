@@ -1,7 +1,7 @@
 /* file.c -- what writing an archive file needs that Python's os module lacks.
  *
  * pycds_preallocate: allocate a new archive's blocks before it is written.
- * The writer (pycds/_writer.py) renames the finished file over the old
+ * The writer (pycds/_files.py) renames the finished file over the old
  * archive; ext4 (mount option auto_da_alloc, the default) then allocates
  * the new file's delayed-allocation blocks and flushes them inside
  * rename(2), so that a replaced file survives a crash (ext4_rename() in

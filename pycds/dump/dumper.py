@@ -8,7 +8,7 @@ included.  Builtin, frozen, extension and namespace modules, ``__main__``, and
 modules with other loaders are left to plain import.
 
 The code object archived is the one plain import would run now: the one
-this run's import executed (pycds._capture), when neither the source nor
+this run's import executed (pycds.dump.capture), when neither the source nor
 the ``.pyc`` plain import trusts for it changed since, else
 ``loader.get_code(name)`` again (from the ``.pyc`` when it is valid, else
 compiled from source).  Modules imported at start-up before ``pycds.pth``
@@ -32,10 +32,10 @@ import time
 from _frozen_importlib import ModuleSpec
 from _frozen_importlib_external import SourceFileLoader
 
-from . import _archive, _capture, _config, _log, _pyc, import_native
-from . import _dump_order, _search, _writer
-from . import is_hook_module
-from .errors import ArchiveFormatError, NativeError
+from .. import _archive, _config, _files, _log, _pyc, _search
+from .._config import import_native, is_hook_module
+from . import capture as _capture, order as _dump_order
+from ..errors import ArchiveFormatError, NativeError
 
 __all__ = ["snapshot", "dump_modules", "dump_at_exit", "write_archive"]
 
@@ -44,7 +44,7 @@ __all__ = ["snapshot", "dump_modules", "dump_at_exit", "write_archive"]
 def snapshot():
     """The ``(name, module)`` pairs of ``sys.modules`` now."""
     # (A key that is not a str -- a program may put anything there -- names
-    # no importable module: left out here, so that collect() and _spec_of()
+    # no importable module: left out here, so that collect() and spec_of()
     # see str names only.)
     return [(name, m) for name, m in list(sys.modules.items()) if type(name) is str]
 
@@ -56,7 +56,7 @@ _ModuleType = type(sys)       # types.ModuleType, without importing types
 _MODULE_DICT = _ModuleType.__dict__["__dict__"]
 
 
-def _spec_of(name, module):
+def spec_of(name, module):
     if not issubclass(type(module), _ModuleType):
         return None
     try:
@@ -69,7 +69,7 @@ def _spec_of(name, module):
 
 
 def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
-    """The module code the import of ``module`` ran (pycds._capture), if it
+    """The module code the import of ``module`` ran (pycds.dump.capture), if it
     is the code plain import would run now; else None.  ``st`` and
     ``src_hash``: the source's stat and hash (pycds._pyc.source_hash) now; ``pyc_st`` and ``pyc_head``: the stat
     and first 16 bytes of its .pyc (None, b"" without one)."""
@@ -94,8 +94,8 @@ def collect(pairs):
     for name, module in pairs:
         if name == "__main__" or name in seen or is_hook_module(name):
             continue
-        spec = _spec_of(name, module)
-        # (Modules a SHARE run served have the stock loader too: pycds.finder.)
+        spec = spec_of(name, module)
+        # (Modules a SHARE run served have the stock loader too: pycds.share.)
         if spec is None or type(spec.loader) is not SourceFileLoader:
             continue
         if not spec.has_location or not spec.origin:
@@ -108,13 +108,13 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
                  refresh=None, roots=None):
     """Archive the modules among ``pairs`` into ``path``; with
     ``skip_preloaded``, not those imported before capturing started
-    (pycds._capture.preloaded).
+    (pycds.dump.capture.preloaded).
 
     Returns ``(archived, skipped)`` counts.  Raises OSError when the file
     cannot be written or ``path`` holds a file that is not a pycds archive
-    (pycds._writer.check_replaceable: left as it is) and ImportError when the native module is missing;
+    (pycds._files.check_replaceable: left as it is) and ImportError when the native module is missing;
     modules that cannot be archived are skipped (listed at PYCDSVERBOSE=2).
-    With a ``session`` id (see :func:`dump_session`), modules that other
+    With a ``session`` id (see :func:`pycds._config.dump_session`), modules that other
     processes of the session wrote to ``path`` are kept.
 
     ``refresh`` (AUTO: pycds.auto) is a function of the archive now at
@@ -125,15 +125,15 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
     what the others wrote.
 
     ``roots``: the module names the layout starts from, in order
-    (pycds._dump_order); None: those the program's own code imports.
+    (pycds.dump.order); None: those the program's own code imports.
     """
-    from . import _nativewriter as N
+    from .. import _nativewriter as N
 
     # (Before the copying: a path that holds a file of the user's costs nothing.)
-    _writer.check_replaceable(path, _archive.ARCHIVE_FILE)
+    _files.check_replaceable(path, _archive.ARCHIVE_FILE)
     if refresh is None:
         copied = _copy(pairs, verbose, skip_preloaded, roots, N)
-        with _directory_lock(path):
+        with _files.directory_lock(path):
             if session and not _session_is_ours(session) and _session_of(path) == session:
                 # The session's archive, of another interpreter: keep it whole.
                 if verbose:
@@ -145,7 +145,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
             # the modules the others wrote, so the last writer loses nothing.
             n = _write(path, copied, session, session, N)
     else:
-        with _directory_lock(path):
+        with _files.directory_lock(path):
             plan = refresh(path)
             if plan is None:
                 return 0, 0
@@ -208,12 +208,12 @@ def _write(path, copied, session, carry, N):
     while True:
         archive_id = _content_id(entries, heap, relocs, meta, N)
         _sign(entries, heap, relocs, archive_id, N)
-        header, parts = _archive.layout(entries, len(heap), len(relocs) // 4,
+        header, parts = _archive.file_sections(entries, len(heap), len(relocs) // 4,
                                         meta, archive_id)
         parts.insert(0, (0, header.pack()))
         parts.append((header.heap_off, heap))
         parts.append((header.reloc_off, relocs))
-        if _writer.write_atomic(path, parts, _archive.ARCHIVE_FILE, header.file_len, xattrs) \
+        if _files.write_atomic(path, parts, _archive.ARCHIVE_FILE, header.file_len, xattrs) \
                 or not xattrs:
             return len(entries)
         meta["session"] = session
@@ -385,7 +385,7 @@ def _pair_frozensets(ran, fresh, orders, depth=0):
         if len(ran) == len(fresh):
             same = {item: item for item in ran}
             try:
-                from . import _nativewriter as N
+                from .. import _nativewriter as N
                 orders[id(ran)] = tuple(same[item] for item in N.frozenset_items(fresh))
             except (KeyError, NativeError):
                 pass
@@ -407,23 +407,13 @@ def _warn_if_refused(path):
     its mode (``pycds._nativeapi.check_trusted``): better than a refusal in
     every run after."""
     try:
-        from ._nativeapi import check_trusted
+        from .._nativeapi import check_trusted
         check_trusted(path)
     except (ArchiveFormatError, OSError) as e:
         _log.warning(f"archive written to {path}, but SHARE runs will refuse it: {e}")
 
 
 # ---- one archive per DUMP session -----------------------------------------
-
-SESSION_VAR = "PYCDS_DUMP_SESSION"
-
-
-def dump_session():
-    """The id of this DUMP session (see _config.inherited_session), tagged
-    with the interpreter facts of the process that began it
-    (:func:`pycds._archive.interpreter_tag`)."""
-    return _config.inherited_session(SESSION_VAR, _archive.interpreter_tag())
-
 
 def _session_is_ours(session):
     """Whether this process's interpreter is the one ``session`` began with
@@ -463,89 +453,6 @@ def archive_session(index):
                            SESSION_XATTR).decode("utf-8", "replace")
     except (OSError, AttributeError):
         return index.meta.get("session")
-
-
-# Seconds a writer waits for the archive's directory lock before giving up
-# (OSError: no archive written).  Writers hold it for one archive write (tens
-# of ms); a lock that outlasts this is not a writer's: the program, or the
-# parent it inherited the descriptor from (`flock DIR cmd`), locked the
-# directory, and a blocking wait would hang the program's exit for good.
-LOCK_WAIT_S = 10.0
-
-
-_fcntl_module = None
-
-
-def _fcntl():
-    """The standard library's ``fcntl``, loaded from its own directory and
-    kept out of ``sys.modules``: ``import fcntl`` at exit would run a
-    ``fcntl.py`` beside the program's script (plain Python never imports
-    fcntl), and one imported at start-up would be what the program's own
-    ``import fcntl`` gets instead of its file.  Raises ImportError."""
-    global _fcntl_module
-    if _fcntl_module is None:
-        if "fcntl" in sys.builtin_module_names:
-            import fcntl      # (builtins come before any file on the search)
-            _fcntl_module = fcntl
-        else:
-            from _frozen_importlib import module_from_spec
-            from _frozen_importlib_external import PathFinder
-            where = [os.path.join(os.path.dirname(os.__file__), "lib-dynload")]
-            where += [p for p in sys.path if type(p) is str and p.endswith("lib-dynload")]
-            spec = PathFinder.find_spec("fcntl", where)
-            if spec is None:
-                raise ImportError(f"no fcntl module in {where[0]}", name="fcntl")
-            module = module_from_spec(spec)
-            spec.loader.exec_module(module)
-            _fcntl_module = module
-    return _fcntl_module
-
-
-class _directory_lock:
-    """flock() on the archive's directory: writers of one directory take
-    turns between reading the old archive and renaming the new one.
-    Raises OSError when the lock stays taken for LOCK_WAIT_S."""
-
-    def __init__(self, path):
-        self.dir = os.path.dirname(os.path.abspath(path))
-        self.fd = -1
-
-    def __enter__(self):
-        fcntl = _fcntl()
-        _writer.make_directory(self.dir)
-        try:
-            self.fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return self   # no locking here (say, a directory we may not read)
-        deadline = time.monotonic() + LOCK_WAIT_S
-        pause = 0.001
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(self.fd)
-                    self.fd = -1
-                    raise OSError(f"its directory {self.dir} stayed locked (flock) "
-                                  f"for {LOCK_WAIT_S:.0f} s by another process "
-                                  "or descriptor") from None
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-            except OSError:
-                return self   # no flock here (a file system without it)
-
-    def __exit__(self, *exc):
-        if self.fd >= 0:
-            # Unlocked first: a process forked meanwhile (by the program,
-            # while the settle watcher writes) shares this descriptor's
-            # lock, which close() alone would leave held until it exits.
-            fcntl = _fcntl()
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-            except OSError:
-                pass
-            os.close(self.fd)
 
 
 def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, nstrings, N):
@@ -608,7 +515,7 @@ def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, nstrings,
 
 
 def _pycds_version():
-    from . import __version__
+    from .._config import __version__
     return __version__
 
 
@@ -621,9 +528,9 @@ def preload():
     meta path finder that refuses names.  The import costs the same then as
     at exit.  A failure is left for the dump at exit to report."""
     try:
-        _fcntl()
+        _files.fcntl_module()
         import_native(sys.path)     # (the program has not run yet)
-        from . import _nativewriter  # noqa: F401
+        from .. import _nativewriter  # noqa: F401
     except Exception:
         pass
 
@@ -632,9 +539,10 @@ def dump_at_exit(config):
     """The atexit handler of DUMP mode: never raises, never changes the exit
     status; a failure is one warning saying no archive was written.  Does
     nothing in a subinterpreter (its atexit handlers run when it ends).
-    Stops the settle watcher first (pycds._settle), waiting for a write it
+    Stops the settle watcher first (pycds.dump.settle), waiting for a write it
     has begun."""
-    from . import _settle, is_main_interpreter
+    from .._config import is_main_interpreter
+    from . import settle as _settle
     if not is_main_interpreter():
         return
     lock = _settle.stop()
@@ -651,7 +559,7 @@ def dump_at_exit(config):
 announcer = 0
 def write_archive(config, announce=True):
     """Write the archive of every module imported so far (at exit, or once
-    imports have settled: pycds._settle, with ``announce`` false: the exit
+    imports have settled: pycds.dump.settle, with ``announce`` false: the exit
     says what was written).  Never raises: a failure is one warning saying
     no archive was written."""
     pairs = snapshot()
@@ -660,9 +568,9 @@ def write_archive(config, announce=True):
         # What start-up imported before pycds.pth ran, a SHARE run imports
         # before its finder too: not archived.
         n, skipped = dump_modules(pairs, config.archive, config.verbose,
-                                  dump_session(), skip_preloaded=True)
-    except _writer.NotReplaceable as e:
-        _writer.say_not_written(config.archive, e, "DUMP wrote no archive", "PYCDSARCHIVE")
+                                  _config.dump_session(), skip_preloaded=True)
+    except _files.NotReplaceable as e:
+        _files.say_not_written(config.archive, e, "DUMP wrote no archive", "PYCDSARCHIVE")
         return
     except BaseException as e:
         _log.warning(f"no archive was written to {config.archive}: "
@@ -683,3 +591,33 @@ def write_archive(config, announce=True):
     else:
         _log.verbose(f"dumped {n} modules ({skipped} skipped) to {config.archive} "
                      f"in {ms:.1f} ms", 1)
+
+
+def import_and_dump(names, archive):
+    """Import ``names`` (module names, in order; failures reported and
+    skipped) and write an archive of every module imported so far to
+    ``archive`` ("": ``$PYCDSARCHIVE``, else the default per-program
+    path); the number of modules archived.  Raises ValueError (no archive
+    path), OSError (not written).  pycds.dump and pycds._dump's work."""
+    import importlib
+    import os
+    if not archive:
+        archive = _config._absolute(os.environ.get("PYCDSARCHIVE", "")) \
+            or _config.default_archive_path()
+    if not archive:
+        raise ValueError("no archive path: pass one or set PYCDSARCHIVE")
+    # (Before the imports: a path that holds a file of the user's costs nothing.)
+    _files.check_replaceable(archive, _archive.ARCHIVE_FILE)
+    for name in names or ():
+        if name in ("__main__", "__mp_main__") or name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:   # a listed module may fail, or exit
+            _log.warning(f"module {name!r} not archived: importing it raised "
+                         f"{type(e).__name__}: {e}")
+    # Laid out from the names given, in their order (pycds.dump.order).
+    n, _ = dump_modules(snapshot(), archive, roots=names or None)
+    return n

@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 
-from . import _archive, _config, _pyc
-from .errors import ArchiveFormatError
+from .. import _archive, _config, _pyc
+from ..errors import ArchiveFormatError
 
 __all__ = ["add_parser", "archives", "counted"]
 
@@ -30,7 +30,7 @@ _SUFFIX = ".img"
 def counted(n, noun, plural=None):
     """``n`` and ``noun``, in the plural (``plural``, default ``noun`` + "s")
     unless ``n`` is 1: "1 archive", "0 archives" (for every count the
-    command line prints: pycds.__main__, pycds._bench)."""
+    command line prints: pycds.__main__, pycds.cli.bench)."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
@@ -39,7 +39,7 @@ def archives(cache=None, others=None):
     pycds._config.cache_dir()), sorted; [] when there is none.  The other
     ``*.img`` names there (not pycds archives: a user's file, a symbolic
     link, a directory) are appended to ``others`` if given."""
-    from ._writer import why_not_ours
+    from .._files import why_not_ours
     cache = cache or _config.cache_dir()
     if not cache:
         return []
@@ -126,7 +126,7 @@ def cmd_clear(args):
     others = []
     paths = archives(others=others)
     limit = None if args.older_than is None else args.older_than * 86400
-    from . import _writer
+    from .. import _files
     removed = 0
     for p in others:
         print(f"pycds: {p} is not a pycds archive: left as it is", file=sys.stderr)
@@ -140,7 +140,7 @@ def cmd_clear(args):
             print(f"pycds: {p}: {e.strerror or e}", file=sys.stderr)
     if cache and os.path.isdir(cache):
         for p in paths:
-            _writer._sweep_stale(cache, os.path.basename(p))
+            _files.sweep_stale(cache, os.path.basename(p))
     print(f"removed {removed} of {counted(len(paths), 'archive')}")
     return 0
 

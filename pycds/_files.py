@@ -23,6 +23,7 @@ replaced by the next dump.
 import errno
 import os
 import stat
+import sys
 import time
 
 _TMP_MARK = ".pycds-tmp."
@@ -42,7 +43,7 @@ def write_atomic(path, chunks, kind, length=None, xattrs=None):
     path = os.path.abspath(path)
     d, base = os.path.split(path)
     make_directory(d)
-    _sweep_stale(d, base)
+    sweep_stale(d, base)
     tmp = None
     fd = None
     unnamed = hasattr(os, "O_TMPFILE")
@@ -290,7 +291,7 @@ def _tmp_prefix(base):
     return f".{os.fsdecode(b[:keep])}~{digest}{_TMP_MARK}"
 
 
-def _sweep_stale(d, base):
+def sweep_stale(d, base):
     """Remove named temporary files of dumps whose process is gone."""
     prefix = _tmp_prefix(base)
     try:
@@ -320,3 +321,86 @@ def _alive(pid):
     except OSError:
         return True
     return True
+
+
+# Seconds a writer waits for the archive's directory lock before giving up
+# (OSError: no archive written).  Writers hold it for one archive write (tens
+# of ms); a lock that outlasts this is not a writer's: the program, or the
+# parent it inherited the descriptor from (`flock DIR cmd`), locked the
+# directory, and a blocking wait would hang the program's exit for good.
+LOCK_WAIT_S = 10.0
+
+
+_fcntl_module = None
+
+
+def fcntl_module():
+    """The standard library's ``fcntl``, loaded from its own directory and
+    kept out of ``sys.modules``: ``import fcntl`` at exit would run a
+    ``fcntl.py`` beside the program's script (plain Python never imports
+    fcntl), and one imported at start-up would be what the program's own
+    ``import fcntl`` gets instead of its file.  Raises ImportError."""
+    global _fcntl_module
+    if _fcntl_module is None:
+        if "fcntl" in sys.builtin_module_names:
+            import fcntl      # (builtins come before any file on the search)
+            _fcntl_module = fcntl
+        else:
+            from _frozen_importlib import module_from_spec
+            from _frozen_importlib_external import PathFinder
+            where = [os.path.join(os.path.dirname(os.__file__), "lib-dynload")]
+            where += [p for p in sys.path if type(p) is str and p.endswith("lib-dynload")]
+            spec = PathFinder.find_spec("fcntl", where)
+            if spec is None:
+                raise ImportError(f"no fcntl module in {where[0]}", name="fcntl")
+            module = module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _fcntl_module = module
+    return _fcntl_module
+
+
+class directory_lock:
+    """flock() on the archive's directory: writers of one directory take
+    turns between reading the old archive and renaming the new one.
+    Raises OSError when the lock stays taken for LOCK_WAIT_S."""
+
+    def __init__(self, path):
+        self.dir = os.path.dirname(os.path.abspath(path))
+        self.fd = -1
+
+    def __enter__(self):
+        fcntl = fcntl_module()
+        make_directory(self.dir)
+        try:
+            self.fd = os.open(self.dir, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return self   # no locking here (say, a directory we may not read)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self.fd)
+                    self.fd = -1
+                    raise OSError(f"its directory {self.dir} stayed locked (flock) "
+                                  f"for {LOCK_WAIT_S:.0f} s by another process "
+                                  "or descriptor") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+            except OSError:
+                return self   # no flock here (a file system without it)
+
+    def __exit__(self, *exc):
+        if self.fd >= 0:
+            # Unlocked first: a process forked meanwhile (by the program,
+            # while the settle watcher writes) shares this descriptor's
+            # lock, which close() alone would leave held until it exits.
+            fcntl = fcntl_module()
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            os.close(self.fd)

@@ -406,8 +406,8 @@ def _refusal(path):
     """Why SHARE would not use the archive at ``path`` (damaged, not an
     archive, refused for its owner or place), or None; an archive of
     another interpreter is the command's to judge."""
-    from ._archive import Index
-    from .errors import ArchiveFormatError, ForeignArchiveError
+    from .._archive import Index
+    from ..errors import ArchiveFormatError, ForeignArchiveError
     try:
         Index.open(path, check_interpreter=False).close()
     except ForeignArchiveError:
@@ -420,8 +420,8 @@ def _refusal(path):
 def _archive_facts(path):
     """(modules, bytes) of the archive at ``path``; None for what cannot
     be read (an archive of another CPython version has its module count)."""
-    from ._archive import Index
-    from .errors import ArchiveFormatError
+    from .._archive import Index
+    from ..errors import ArchiveFormatError
     try:
         size = os.path.getsize(path)
         idx = Index.open(path, check_owner=False, check_interpreter=False)
@@ -435,7 +435,7 @@ def _archive_facts(path):
 
 def _table(r, made, temporary):
     import shlex
-    from ._cache import counted
+    from .cache import counted
     if r["archive_modules"] is None:
         facts = "unreadable"
     else:

@@ -7,7 +7,7 @@ from the archive, the run says so, once for its process tree (the process
 that began it), on stderr.
 """
 
-from . import _log
+from .. import _log
 
 # Stale modules, as a share of the archived modules the run imported
 # (served + stale), from which the line is printed.

@@ -38,12 +38,13 @@ from _frozen_importlib_external import (FileFinder, PathFinder, SourceFileLoader
                                         spec_from_file_location)
 from _imp import _fix_co_filename
 
-from . import (_STOCK_LOADER_ATTRS, _STOCK_SEARCH, _STOCK_SEARCH_FUNCS, FILE_LOADERS,
-               _config, import_native, is_hook_module, loader_patched, path_hooks_stock,
-               search_replayable)
-from ._config import MODE_AUTO
-from .errors import (E_NOMEM, E_PYTHON, E_STATE, PROGRAM_STATE_ERRORS,
-                     ArchiveFormatError, ForeignArchiveError, program_raised)
+from .. import _config
+from .._config import MODE_AUTO
+from .._config import (FILE_LOADERS, STOCK_LOADER_ATTRS, STOCK_SEARCH, STOCK_SEARCH_FUNCS,
+                      import_native, is_hook_module, loader_patched, path_hooks_stock,
+                      search_replayable)
+from ..errors import (E_STATE, FALLBACK, PROGRAM_STATE_ERRORS, ArchiveFormatError,
+                      ForeignArchiveError, load_failure, native_refused_here, program_raised)
 
 __all__ = ["CDSFinder", "ArchivedCode", "served_loader", "install", "uninstall",
            "stats"]
@@ -87,12 +88,12 @@ _startup_path = None
 def _say(msg, at=1):
     """A verbose line (callers test ``_verbose >= at`` first; install()
     has imported pycds._log then)."""
-    from . import _log
+    from .. import _log
     _log.verbose(msg, at)
 
 
 def _warn(msg):
-    from . import _log
+    from .. import _log
     _log.warning(msg)
 
 
@@ -108,7 +109,7 @@ def _fallback(name, reason):
 # Names of this run's imports the archive did not fit: looked up and not
 # there (missed), or there but no longer what plain import would run
 # (stale).  What AUTO rewrites (pycds.auto) and what a SHARE run's
-# stale-archive line counts (pycds._stale).
+# stale-archive line counts (pycds.share.stale_report).
 missed = set()
 stale = set()
 
@@ -133,7 +134,7 @@ def stats():
     read-ahead thread once imports pause),
     ``startup_plain`` (archive hits the interpreter itself imported before
     anything had loaded the native module, imported plainly without further
-    checks: :func:`pycds.imported_by_interpreter`), ``archive`` (path),
+    checks: :func:`pycds._config.imported_by_interpreter`), ``archive`` (path),
     ``modules_in_archive``, ``prefetched`` (modules
     whose chunk the read-ahead thread had read and relocated before their
     import) and ``searches_replayed`` (modules found without reading a
@@ -191,7 +192,7 @@ class _Archive:
         # The index read in Python (pycds._archive), for what the native
         # hit path declines: made on first use.
         if self._index is None:
-            from ._archive import Index
+            from .._archive import Index
             self._index = Index(self.file)
         return self._index
 
@@ -275,11 +276,11 @@ class _Archive:
 
     def _serving(self):
         # What the native verdict also checks for the finder (None under
-        # -vv, whose searches are never replayed: pycds.search_replayable).
+        # -vv, whose searches are never replayed: pycds._config.search_replayable).
         if self.finder is None or sys.flags.verbose >= 2:
             return None
-        return (self.finder, PathFinder, _STOCK_SEARCH,
-                _STOCK_LOADER_ATTRS + _STOCK_SEARCH_FUNCS)
+        return (self.finder, PathFinder, STOCK_SEARCH,
+                STOCK_LOADER_ATTRS + STOCK_SEARCH_FUNCS)
 
     def disable(self, reason, damaged=False):
         # ``damaged``: the file is (the warning says what to do about it).
@@ -290,7 +291,7 @@ class _Archive:
                 self.server.stop()
             self.file.close()    # its own descriptor, if it holds one
             if damaged:
-                from ._advice import refusal
+                from .._advice import refusal
                 _warn(f"archive {self.path} ignored: "
                       f"{refusal(self.path, ArchiveFormatError(reason), _auto)}")
             else:
@@ -318,14 +319,13 @@ class _Archive:
     def load_failed(self, entry, e):
         """What loading ``entry`` failing with ``e`` (not the program's)
         means: a fallback line for this module, or the archive disabled."""
-        code = getattr(e, "code", 0)
-        if code == E_STATE:
-            # Failed before (said then), or being loaded
-            # by a stage 2 that ran Python code (native/archive/loader/archive.h).
-            _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
-        elif code in (E_NOMEM, E_PYTHON):
-            # This process, not the file.
-            _fallback(entry.name, f"archive entry unusable ({e})")
+        if load_failure(e) == FALLBACK:
+            if e.code == E_STATE:
+                # Failed before (said then), or being loaded by a stage 2
+                # that ran Python code (native/archive/loader/archive.h).
+                _fallback(entry.name, str(e).rsplit(": ", 1)[-1])
+            else:
+                _fallback(entry.name, f"archive entry unusable ({e})")
         elif self.file.fd_lost():
             # (The index reads through the native side's descriptor.)
             self.disable(_LOST_FD)
@@ -497,7 +497,7 @@ def _module_entry(*fields):
     # pycds._archive's ModuleEntry, imported where a hit is judged in Python
     # (a hit the native verdict did not take).
     global _module_entry
-    from ._archive import ModuleEntry
+    from .._archive import ModuleEntry
     _module_entry = ModuleEntry
     return ModuleEntry(*fields)
 
@@ -506,7 +506,7 @@ def _first_search(*args):
     # pycds._search is imported on the first archive hit, not at start-up
     # (a program that imports nothing archived does not pay for it).
     global _search_find_spec, _search_mod
-    from . import _search
+    from .. import _search
     _search_find_spec = _search.find_spec
     _search_mod = _search
     return _search.find_spec(*args)
@@ -520,7 +520,7 @@ def _pyc_rules():
     # pycds._pyc, imported where a check is made in Python (a hit the
     # native verdict did not take), not on a replayed hit's path.
     global _pyc
-    from . import _pyc as rules
+    from .. import _pyc as rules
     _pyc = rules
     return rules
 
@@ -812,7 +812,7 @@ def install(config, replacing=None, startup_path=None, started_plain=(), first=N
     if _verbose:
         # Imported now, not by the first line printed: from inside
         # find_spec that import would come back to this finder.
-        from . import _log
+        from .. import _log
         _log.level = max(_log.level, _verbose)
     # The first SHARE process of a process tree names its interpreter facts
     # for the processes it starts, which inherit its archive (PYCDSARCHIVE).
@@ -829,10 +829,9 @@ def install(config, replacing=None, startup_path=None, started_plain=(), first=N
         # the archive, not an error of the program's import.
         if isinstance(e, PROGRAM_STATE_ERRORS):
             raise
-        if isinstance(e, ImportError) and "subinterpreter" in str(e):
-            # 3.12+ refuses cffi modules in a subinterpreter: that
-            # interpreter imports plainly, as it should (archived objects and
-            # the native state are the main interpreter's): no fault.
+        if native_refused_here(e):
+            # (Archived objects and the native state are the main
+            # interpreter's.)
             if _verbose:
                 _say(f"archive {config.archive} not used: {e}", 1)
         else:
@@ -857,7 +856,7 @@ def install(config, replacing=None, startup_path=None, started_plain=(), first=N
             if _verbose:
                 _say(f"archive {config.archive} not used: {e}; AUTO writes one at exit", 1)
         else:
-            from ._advice import refusal
+            from .._advice import refusal
             _warn(f"archive {config.archive} ignored: {refusal(config.archive, e, auto)}")
         return None
     try:
@@ -918,7 +917,7 @@ _tree_root = 0
 def _report_stale():
     # The SHARE run's exit: one line when much of the archive was stale.
     if stale and _tree_root == os.getpid() and _installed is not None:
-        from . import _stale
+        from . import stale_report as _stale
         _stale.report(len(stale), stats()["served"], _counters["archive"])
 
 

@@ -1,0 +1,2 @@
+"""The command line, ``python -m pycds`` (main), with its ``bench`` and
+``cache`` commands."""

@@ -1,0 +1,3 @@
+"""DUMP: what a dump run records (capture, import_order), how it orders and
+copies modules into an archive (order, dumper) and when it writes at exit or
+once imports settle (settle)."""
