@@ -137,12 +137,13 @@ class _Run:
         out = []
         stale = False
         fresh = self.no_archive()
+        missed, stale_names = finder.unserved()
         for name, module, spec in _dumper.collect(_dumper.snapshot()):
             if name in self.preloaded:
                 continue
-            if fresh or name in finder.missed:
+            if fresh or name in missed:
                 out.append((name, module, spec))
-            elif name in finder.stale:
+            elif name in stale_names:
                 out.append((name, module, spec))
                 stale = True
         return out, stale or fresh
@@ -154,7 +155,8 @@ class _Run:
         if self.no_archive():
             return True
         modules = sys.modules
-        for name in finder.missed | finder.stale:
+        missed, stale = finder.unserved()
+        for name in missed | stale:
             m = modules.get(name)
             if m is None or name in self.preloaded or not isinstance(m, _ModuleType) \
                     or is_hook_module(name):

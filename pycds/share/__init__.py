@@ -49,6 +49,31 @@ from ..errors import (E_STATE, FALLBACK, PROGRAM_STATE_ERRORS, ArchiveFormatErro
 __all__ = ["CDSFinder", "ArchivedCode", "served_loader", "install", "uninstall",
            "stats"]
 
+# ---- this process's state: set by install(), read by the rest ----------
+
+# The finder installed (None: none).
+_installed = None
+# PYCDSVERBOSE, from the configuration install() was given.
+# pycds._log is imported only to print: a quiet process never loads it.
+_verbose = 0
+# The search path as start-up left it: where the native module's
+# _cffi_backend is looked up.
+_startup_path = None
+# Whether the finder was installed by AUTO, which rewrites an archive it
+# finds damaged at exit.
+_auto = False
+# Why install() could not use the archive ("" when it could).
+open_failure = ""
+# The pid of this process if it began its process tree's SHARE session (the
+# one that reports a stale archive, once for the tree; not a forked child).
+_tree_root = 0
+# Names of this run's imports the archive did not fit: looked up and not
+# there (missed), or there but no longer what plain import would run
+# (stale).  What AUTO rewrites (unserved()) and what a SHARE run's
+# stale-archive line counts (pycds.share.stale_report).
+missed = set()
+stale = set()
+
 # This process's counters (stats() adds what it reads elsewhere).
 _counters = {
     "served": 0,
@@ -63,10 +88,6 @@ _counters = {
     "searches_replayed": 0,     # by the native verdict (pycds._search counts its own)
 }
 
-# PYCDSVERBOSE, from the configuration install() was given.
-# pycds._log is imported only to print: a quiet process never loads it.
-_verbose = 0
-
 # Bytes of heap read ahead after each load (native/archive/loader/prefetch.c): far more
 # than a program imports between two of its own statements, small enough
 # that a program that stops importing wastes little.
@@ -79,10 +100,6 @@ OPEN_WAIT_S = 0.5
 
 # Why an archive is dropped when the program closed pycds's descriptors.
 _LOST_FD = "the program closed its file descriptor"
-
-# The search path as start-up left it (install()): where the
-# native module's _cffi_backend is looked up.
-_startup_path = None
 
 
 def _say(msg, at=1):
@@ -106,17 +123,18 @@ def _fallback(name, reason):
         _say(f"fallback {name}: {reason}", 1)
 
 
-# Names of this run's imports the archive did not fit: looked up and not
-# there (missed), or there but no longer what plain import would run
-# (stale).  What AUTO rewrites (pycds.auto) and what a SHARE run's
-# stale-archive line counts (pycds.share.stale_report).
-missed = set()
-stale = set()
-
 # What the C servers (native/archive/loader/serve.c) count, as five native
 # 64-bit integers: served, searches replayed, bytes served, load ns, bytes
 # released.  This interpreter's, as _counters is (stats() adds them).
 _served_counts = bytearray(5 * 8)
+
+
+def unserved():
+    """``(missed, stale)``, the sets of names (live: read, not changed) of
+    this run's imports the archive did not hold, and of those it held but
+    could not serve because their files changed (what AUTO writes into the
+    archive at exit)."""
+    return missed, stale
 
 
 def _stale_fallback(name, reason):
@@ -785,10 +803,8 @@ class CDSFinder:
     # End of importlib.abc.MetaPathFinder interface
 
 
-_installed = None
-
-
-def install(config, replacing=None, startup_path=None, started_plain=(), first=None):
+def install(config
+, replacing=None, startup_path=None, started_plain=(), first=None):
     """Open ``config.archive`` and put a :class:`CDSFinder` on
     ``sys.meta_path`` before PathFinder, or in the place of ``replacing``
     (SHARE's stand-in there since start-up, pycds._Opener; not there: the
@@ -903,15 +919,6 @@ def _count_started_plain(archive, names):
         if program_raised(e):
             raise
 
-
-# Whether the finder was installed by AUTO, which rewrites an archive it
-# finds damaged at exit.
-_auto = False
-# Why install() could not use the archive ("" when it could).
-open_failure = ""
-# The pid of this process if it began its process tree's SHARE session (the
-# one that reports a stale archive, once for the tree; not a forked child).
-_tree_root = 0
 
 
 def _report_stale():
