@@ -402,14 +402,14 @@ class IndexFinder:
         return False if rc else out or None
 
 
-def serve(objects, index):
-    """``(server, ArchivedCode type)``: the served hit in C
-    (native/archive/loader/serve.c) over ``index`` (an
-    :class:`IndexFinder`), made of the Python objects of tuple ``objects``
-    (see serve.c's pycds_serve_new).  Raises NativeError if they do not
-    fit."""
+def serve(index, parts):
+    """Return ``(server, ArchivedCode type)``; raise NativeError if ``parts`` do not fit.
+
+    The served hit in C (native/archive/loader/serve.c) over ``index`` (an
+    :class:`IndexFinder`), made of ``parts``, a dict of the Python objects
+    and flags serve.c names (part_names, flag_names: all of them)."""
     out = []
-    _check(lib.pycds_serve_new(id(objects), index._ix, id(out)), "serve")
+    _check(lib.pycds_serve_new(id(parts), index._ix, id(out)), "serve")
     return out[0], out[1]
 
 

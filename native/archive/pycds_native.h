@@ -304,8 +304,9 @@ int pycds_index_hit(pycds_index *ix, uintptr_t name, uintptr_t path,
 uint64_t pycds_keyed_hash(uint64_t key, const void *src, size_t n);
 
 /* serve.c: the served hit in C (pycds/share/__init__.py).  pycds_serve_new appends
- * a server made of the Python objects in tuple args, over index ix (kept
- * alive by the caller); pycds_serve_use gives it the native handle once
+ * a server made of the Python objects and flags of dict args, by name
+ * (serve.c's part_names and flag_names), over index ix (kept alive by the
+ * caller); pycds_serve_use gives it the native handle once
  * open.  (Its counters: in a bytearray of the caller's, see serve.c.) */
 int pycds_serve_new(uintptr_t args, pycds_index *ix, uintptr_t out_list);
 int pycds_serve_use(uintptr_t server, pycds_archive *a);

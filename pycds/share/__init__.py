@@ -238,12 +238,13 @@ class _Archive:
             and not _verbose
         # (The finder's Python find_spec, for what the server does not serve.)
         slow = CDSFinder.find_spec.__get__(finder) if finder is not None else None
-        self.server, self.code_type = N.serve(
-            (ArchivedCode, slow, self.release_finished, self.ran, missed, fast._ctx,
-             SourceFileLoader, spec_from_file_location, _PlainReduce, _fix_co_filename,
-             self, _served_counts, serving, self.check != "unchecked",
-             bool(self.release_mode), not _verbose),
-            fast)
+        self.server, self.code_type = N.serve(fast, dict(
+            methods=ArchivedCode, finder_slow=slow, release=self.release_finished,
+            ran=self.ran, missed=missed, ctx=fast._ctx, loader_type=SourceFileLoader,
+            spec_from=spec_from_file_location, plain_reduce=_PlainReduce,
+            fix_filename=_fix_co_filename, archive=self, counts=_served_counts,
+            find_on=serving, checked=self.check != "unchecked",
+            release_mode=bool(self.release_mode), call_on=not _verbose))
         if serving:
             finder.find_spec = self.server.find_spec
 

@@ -705,32 +705,43 @@ make_types(PyObject *methods)
     return 0;
 }
 
+/* The server's parts, by name: the keys of pycds_serve_new's dict (pycds/
+ * share/__init__.py, _Archive.start); objects first, then flags. */
+static const char *const part_names[] = {
+    "methods", "finder_slow", "release", "ran", "missed", "ctx", "loader_type",
+    "spec_from", "plain_reduce", "fix_filename", "archive", "counts",
+};
+static const char *const flag_names[] = {"find_on", "checked", "release_mode", "call_on"};
+#define NPARTS (sizeof(part_names) / sizeof(part_names[0]))
+#define NFLAGS (sizeof(flag_names) / sizeof(flag_names[0]))
+
 int
 pycds_serve_new(uintptr_t args_obj, pycds_index *ix, uintptr_t out_list)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *args = (PyObject *)args_obj, *out = (PyObject *)out_list;
-    PyObject *f[12];
-    int flags[4];
+    PyObject *f[NPARTS];
+    int flags[NFLAGS];
     int rc = PYCDS_E_ARG;
 
-    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != 16 || !PyList_Check(out)
-            || ix == NULL) {
+    if (!PyDict_CheckExact(args) || PyDict_GET_SIZE(args) != (Py_ssize_t)(NPARTS + NFLAGS)
+            || !PyList_Check(out) || ix == NULL) {
         goto done;
     }
-    for (int i = 0; i < 12; i++) {
-        f[i] = PyTuple_GET_ITEM(args, i);
-    }
-    for (int i = 0; i < 4; i++) {
-        flags[i] = PyObject_IsTrue(PyTuple_GET_ITEM(args, 12 + i));
-        if (flags[i] < 0) {
-            rc = pycds_fail_python("server flags");
+    for (size_t i = 0; i < NPARTS; i++) {
+        f[i] = PyDict_GetItemString(args, part_names[i]);    /* borrowed */
+        if (f[i] == NULL) {
             goto done;
         }
     }
-    /* (methods class, finder_slow, release, ran, missed, ctx, loader_type,
-     *  spec_from, plain_reduce, fix_filename, archive, counts, find_on,
-     *  checked, release_mode, call_on) */
+    for (size_t i = 0; i < NFLAGS; i++) {
+        PyObject *flag = PyDict_GetItemString(args, flag_names[i]);
+        flags[i] = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        if (flags[i] < 0) {
+            rc = flag == NULL ? PYCDS_E_ARG : pycds_fail_python("server flags");
+            goto done;
+        }
+    }
     if (!PyType_Check(f[0]) || !PyList_CheckExact(f[3]) || !PySet_Check(f[4])
             || !PyTuple_CheckExact(f[5]) || PyTuple_GET_SIZE(f[5]) != 7
             || !PyByteArray_CheckExact(f[11])) {
