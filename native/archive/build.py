@@ -39,9 +39,12 @@ SOURCES = [
     "loader/find.c", "loader/open.c", "loader/serve.c",
 ]
 HEADERS = [
-    "pycds_native.h", "common/pycds_internal.h", "loader/archive.h",
-    "common/layout/layout_310_311.h", "common/layout/layout_310.h",
-    "common/layout/layout_311.h", "common/layout/layout_312.h",
+    "pycds_native.h", "common/pycds_internal.h", "common/layout.h",
+    "loader/archive.h",
+    "common/layout/layout_common.h", "common/layout/layout_310_311.h",
+    "common/layout/layout_311_313.h", "common/layout/layout_312_313.h",
+    "common/layout/layout_310.h", "common/layout/layout_311.h",
+    "common/layout/layout_312.h", "common/layout/layout_313.h",
 ]
 
 

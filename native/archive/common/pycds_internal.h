@@ -1,12 +1,9 @@
 /* pycds_internal.h -- declarations the writer and the loader share (not
  * cffi's): the units of common/ (errors, hash, address tables, the
- * interpreter image, the object layout), the chunk placement both sides
- * agree on, and the writer services the layout's copy functions call back.
+ * interpreter image) and the chunk placement both sides agree on.
  *
- * Version-free code (writer/, loader/, image.c) talks to the object layout
- * of the running CPython only through the pycds_layout_* functions, which
- * layout.c implements by including the one header for this minor version
- * (layout/layout_3XX.h).
+ * The object layout's interface (what layout.c offers the writer and the
+ * loader, and what the writer offers layout.c) is declared in layout.h.
  */
 #ifndef PYCDS_INTERNAL_H
 #define PYCDS_INTERNAL_H
@@ -152,90 +149,5 @@ pycds_place_off(const pycds_place *p, const void *ptr)
     return q >= h && q - h < p->root_off ? q - h
            : p->root_off + (q - (uintptr_t)p->tail);
 }
-
-/* writer.c: services the layout code uses while copying one object. */
-int pycds_w_alloc(pycds_writer *w, size_t size, uint64_t *off);
-void *pycds_w_at(pycds_writer *w, uint64_t off);
-/* Copy `child` (or refer to it, if static) and store the reference in the
- * pointer slot at heap offset slot_off, recording its relocation entry. */
-int pycds_w_slot(pycds_writer *w, uint64_t slot_off, PyObject *child, int depth);
-/* Copy size bytes of plain data (no pointers) into the chunk and store an
- * INTERNAL reference to them in the pointer slot at heap offset slot_off.
- * The block is padded to at least sizeof(PyObject): the loader checks that
- * every internal target has room for an object header. */
-int pycds_w_raw(pycds_writer *w, uint64_t slot_off, const void *data,
-                size_t size);
-/* Store a reference to heap offset target_off, inside an object of the
- * chunk being written (not the start of one), in the pointer slot at heap
- * offset slot_off, recording its DATA relocation entry. */
-int pycds_w_inner(pycds_writer *w, uint64_t slot_off, uint64_t target_off);
-/* Nonzero if heap offset off is in the tail of the chunk being written
- * (writer.c: the module's code object, what only it reaches, and the
- * interned strings). */
-int pycds_w_in_tail(pycds_writer *w, uint64_t off);
-
-/* layout.c: one CPython minor version's object layout. */
-/* Copy op (an exact instance of a supported type, not static) into the
- * heap; *off receives the offset of the PyObject (after any GC header). */
-int pycds_layout_copy(pycds_writer *w, PyObject *op, int depth, uint64_t *off);
-/* A new tuple of frozenset op's items in the order unmarshal of a .pyc
- * adds them (3.11+; 3.10: op's iteration order), or NULL with an
- * exception.  GIL held. */
-PyObject *pycds_layout_frozenset_items(PyObject *op);
-/* Nonzero if str op is interned and must be re-interned at load. */
-int pycds_layout_str_interned(PyObject *op);
-/* Re-intern the str in *slot at load (replaces *slot). */
-int pycds_layout_intern(PyObject **slot);
-/* Before a load re-interns n strs: room for them in the interpreter's
- * interned dict, made where a failure leaves it intact (3.13; layout.c's
- * default does nothing).  *room: how many of them it has room for now
- * (n, or fewer but at least one: reserve again after those).  GIL held. */
-int pycds_layout_intern_reserve(uint64_t n, uint64_t *room);
-/* Store in str op's hash cache what unicode_hash() would compute; op was
- * checked to fit in its chunk.  Pure: callable without the GIL. */
-void pycds_layout_str_prehash(PyObject *op);
-/* Nonzero if op (not in the image, so copied) has a value for which
- * unmarshal hands out an instance the interpreter shares (3.10: small ints,
- * the empty and 1-char latin-1 strs, (), b''); the slot is then recorded as
- * PYCDS_RELOC_SINGLETON.  Layouts whose shared instances are all static in
- * the image (3.11+) get layout.c's default, which returns 0. */
-int pycds_layout_heap_singleton(PyObject *op);
-/* At load: replace the copy in *slot with the interpreter's shared instance
- * of its value (a new reference the archive keeps for good).  The default
- * refuses: a layout without heap singletons never writes such a slot. */
-int pycds_layout_use_singleton(PyObject **slot);
-/* At load, after all fix-ups: the per-process work a fresh unmarshal does
- * for each code object reachable from root (3.12+: draw co_version, tell
- * the code watchers).  Layouts that need none get layout.c's no-op. */
-int pycds_layout_after_load(PyObject *root);
-/* The reference count the writer gives every object of a chunk's head
- * (in_tail 0) or tail (set_refcnt): a smaller one would let the program
- * free archive memory (PYCDSVERIFY=1 checks it); one more on a tail
- * object means somebody holds it (release.c). */
-Py_ssize_t pycds_layout_refcnt(int in_tail);
-/* Nonzero if a chunk's tail holds nothing but objects (3.10's raw
- * co_cell2arg data is not one: no memory is given back on 3.10). */
-int pycds_layout_tail_walkable(void);
-/* Nonzero if the module code object root, which no reference count says
- * is held, may be given back (no weak reference, no tool data on it). */
-int pycds_layout_may_release(PyObject *root);
-/* Before a dead code object's memory is given back: free what it owns
- * outside the heap (the caches code_dealloc frees: 3.11's _co_code and
- * _co_linearray, 3.12+'s _co_cached) and drop what the interpreter holds
- * of it uncounted (3.13: the function version cache).  GIL held. */
-void pycds_layout_forget_code(PyObject *op);
-/* The pointer fields of a code object (offset, and the exact type their
- * target must have), for the loader's structural check; *out is static. */
-typedef struct {
-    size_t offset;
-    PyTypeObject *type;
-    PyTypeObject *item_type;  /* tuples: exact type of every item, or NULL */
-} pycds_code_field;
-size_t pycds_layout_code_fields(const pycds_code_field **out);
-/* At load, after the structural check: 0 if op's fields are what a fresh
- * unmarshal could produce (code object counts, reset caches; 3.10: the
- * co_cell2arg data, which must lie in chunk p), else PYCDS_E_CORRUPT.
- * Layouts without the check get layout.c's default. */
-int pycds_layout_check_object(const pycds_place *p, PyObject *op);
 
 #endif /* PYCDS_INTERNAL_H */

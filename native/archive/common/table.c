@@ -4,7 +4,7 @@
  * full (pycds_addr_hash in pycds_internal.h): the writer's copy memo of one
  * chunk (object -> heap offset) and its set of the interned strings earlier
  * chunks hold, and the set of code objects a load has initialised
- * (layout_312.h).
+ * (layout_312_313.h).
  */
 #include "pycds_internal.h"
 

@@ -27,6 +27,7 @@
  * pycds_archive_load() holds throughout.
  */
 #include "archive.h"
+#include "layout.h"
 
 #include <errno.h>
 #include <stdlib.h>

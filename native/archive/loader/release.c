@@ -41,6 +41,7 @@
  * from its .pyc, as for importlib.reload()).
  */
 #include "archive.h"
+#include "layout.h"
 
 #include <stdlib.h>
 #include <string.h>

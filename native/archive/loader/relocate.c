@@ -23,6 +23,7 @@
  * (prefetch.c); touches no Python object outside the chunk.
  */
 #include "archive.h"
+#include "layout.h"
 
 #include <errno.h>
 #include <stdlib.h>

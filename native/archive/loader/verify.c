@@ -5,6 +5,7 @@
  * and before any object of the chunk is used.
  */
 #include "archive.h"
+#include "layout.h"
 
 #include <stdlib.h>
 #include <string.h>

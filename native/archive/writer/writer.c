@@ -54,13 +54,13 @@
  * "tail", from root_off to the end of the chunk (the loader places it apart
  * from the rest, with the other modules' tails: loader.c).  Tail objects
  * get the mortal
- * reference count of layout.c's set_refcnt (pycds_w_in_tail), so the loader
- * can tell which of them anything holds.
+ * reference count of the layout's set_refcnt (pycds_w_in_tail), so the
+ * loader can tell which of them anything holds.
  *
  * The caller holds the objects alive; the writer holds the GIL while it
  * walks them.  Structure after marshal.c's WFILE / w_object.
  */
-#include "pycds_internal.h"
+#include "layout.h"
 #include "opcode.h"
 
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /* layout_310.h -- CPython 3.10 object layout for archived objects.
  *
- * Included by layout.c only.  Sources (3.10 branch): Include/cpython/code.h
+ * Included by layout.c only, the one file it includes for 3.10.  Sources
+ * (3.10 branch): Include/cpython/code.h
  * (struct PyCodeObject), Include/cpython/unicodeobject.h (PyASCIIObject,
  * PyCompactUnicodeObject), Include/cpython/bytesobject.h,
  * Include/longintrepr.h, Include/internal/pycore_gc.h (PyGC_Head) and
@@ -36,16 +37,10 @@
 #include "internal/pycore_gc.h"
 #include "internal/pycore_interp.h"
 
-#include "layout/layout_310_311.h"
-
 #define PYCDS_LAYOUT_NAME "cpython-3.10"
 
-/* This layout has heap-allocated singletons (see above). */
-#define PYCDS_LAYOUT_HEAP_SINGLETONS 1
-
-/* Chunks hold raw data (co_cell2arg) between objects: release.c cannot walk
- * a tail, so no memory is given back on 3.10. */
-#define PYCDS_LAYOUT_RAW_DATA 1
+#include "layout/layout_common.h"
+#include "layout/layout_310_311.h"
 
 /* Fields of PyCodeObject copied with the code object; order matches
  * Include/cpython/code.h (3.10).  Scalars are copied as they are, object
@@ -270,4 +265,56 @@ check_code(const pycds_place *p, PyCodeObject *co)
         }
     }
     return PYCDS_OK;
+}
+
+/* ---- per-process state, release, interning ----------------------------- */
+
+/* Chunks hold raw data (co_cell2arg) between objects: release.c cannot walk
+ * a tail, so no memory is given back on 3.10. */
+int
+pycds_layout_tail_walkable(void)
+{
+    return 0;
+}
+
+/* Never called: no chunk is given back on 3.10. */
+void
+pycds_layout_forget_code(PyObject *op)
+{
+    (void)op;
+}
+
+/* Room in the interned dict is reserved on 3.13 only (layout_313.h). */
+int
+pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
+{
+    *room = n;
+    return PYCDS_OK;
+}
+
+/* Code objects of 3.10 have no version (only 3.12 draws them from a counter
+ * private to libpython). */
+int
+pycds_layout_version_counter_at(int64_t *offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+
+int
+pycds_layout_use_version_counter(int64_t offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+
+/* 3.10's marshal writes a frozenset's items in the writing process's
+ * iteration order, which is not known here: pycds_layout_frozenset_items
+ * sorts them by their bytes without FLAG_REF, an order that does not
+ * depend on the dump's hash seed (docs/importer-compliance.md). */
+static int
+frozenset_item_unflagged(PyObject *item)
+{
+    (void)item;
+    return 1;
 }

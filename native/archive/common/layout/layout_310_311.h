@@ -1,19 +1,16 @@
 /* layout_310_311.h -- what the 3.10 and 3.11 layouts share word for word.
  *
- * Included by layout_310.h and layout_311.h only.  Both versions have the
- * same str (PyASCIIObject with wstr and the ready bit,
- * Include/cpython/unicodeobject.h) and no immortal objects: archived
- * objects get a reference count so large that no program brings it to zero
- * (PYCDS_REFCNT), so they are never deallocated, tail objects included.
+ * Included by layout_310.h and layout_311.h only, after layout_common.h.
+ * Both versions have the same str (PyASCIIObject with wstr and the ready
+ * bit, Include/cpython/unicodeobject.h), the same int (ob_size, the
+ * digits) and no immortal objects: archived objects get a reference count
+ * so large that no program brings it to zero (PYCDS_REFCNT), so they are
+ * never deallocated, tail objects included.  Neither version's code
+ * objects carry per-process state that init_code sets, and nothing of the
+ * interpreter refers to one uncounted but a weak reference or co_extra.
  */
 #ifndef PYCDS_LAYOUT_310_311_H
 #define PYCDS_LAYOUT_310_311_H
-
-#define PYCDS_STR2(x) #x
-#define PYCDS_STR(x) PYCDS_STR2(x)
-#define PYCDS_LAYOUT_SIZES                                         \
-    "code=" PYCDS_STR(SIZEOF_VOID_P) "/"                           \
-    "gc=" PYCDS_STR(SIZEOF_VOID_P)
 
 #define PYCDS_REFCNT ((Py_ssize_t)1 << 60)
 #define PYCDS_HEAD_REFCNT PYCDS_REFCNT
@@ -24,6 +21,68 @@ set_refcnt(pycds_writer *w, uint64_t off)
 {
     PyObject *copy = (PyObject *)pycds_w_at(w, off);
     copy->ob_refcnt = PYCDS_REFCNT;
+}
+
+/* 3.10 and 3.11's PyUnicode_New (Objects/unicodeobject.c): a str whose code
+ * units are wchar_t-sized (the 4-byte kind, with Linux's 4-byte wchar_t)
+ * shares them as its wchar_t form: wstr = its data, wstr_length = its
+ * length.  unicode_copy_as_widechar() and unicode_get_widechar_size() read
+ * wstr first and _PyUnicode_CheckConsistency() requires it; with wstr NULL
+ * a non-BMP str reached the wchar_t API (ctypes, locale.strxfrm) as UTF-16
+ * halves.  Every other str starts with wstr NULL. */
+static int
+str_shares_wstr(PyObject *op)
+{
+    return !PyUnicode_IS_ASCII(op) && PyUnicode_KIND(op) == sizeof(wchar_t);
+}
+
+/* The str copy at heap offset off (of op) with the caches a process fills
+ * on demand as a fresh str has them: no UTF-8 form, and no wchar_t form
+ * but the shared one (a DATA relocation to the copy's own code units). */
+static int
+reset_str_caches(pycds_writer *w, PyObject *op, uint64_t off)
+{
+    PyASCIIObject *a = (PyASCIIObject *)pycds_w_at(w, off);
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    a->wstr = NULL;
+    if (PyUnicode_IS_ASCII(op)) {
+        return PYCDS_OK;
+    }
+    PyCompactUnicodeObject *c = (PyCompactUnicodeObject *)a;
+    c->utf8 = NULL;
+    c->utf8_length = 0;
+    c->wstr_length = 0;
+    if (!str_shares_wstr(op)) {
+        return PYCDS_OK;
+    }
+    c->wstr_length = PyUnicode_GET_LENGTH(op);
+    _Py_COMP_DIAG_POP
+    return pycds_w_inner(w, off + offsetof(PyASCIIObject, wstr),
+                         off + sizeof(PyCompactUnicodeObject));
+}
+
+/* 3.10 and 3.11's str: what only a process fills in must be as
+ * reset_str_caches() leaves it: the interning state, the UTF-8 cache and
+ * the wchar_t form. */
+static int
+check_str(PyObject *op)
+{
+    PyASCIIObject *a = (PyASCIIObject *)op;
+    int shares = str_shares_wstr(op);
+    const void *wstr = shares ? PyUnicode_DATA(op) : NULL;
+    Py_ssize_t wlen = shares ? PyUnicode_GET_LENGTH(op) : 0;
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    if ((const void *)a->wstr != wstr || a->state.interned != SSTATE_NOT_INTERNED
+        || (!a->state.ascii
+            && (((PyCompactUnicodeObject *)op)->utf8 != NULL
+                || ((PyCompactUnicodeObject *)op)->utf8_length != 0
+                || ((PyCompactUnicodeObject *)op)->wstr_length != wlen))) {
+        return pycds_fail(PYCDS_E_CORRUPT, "str with per-process state");
+    }
+    _Py_COMP_DIAG_POP
+    return PYCDS_OK;
 }
 
 static int
@@ -73,6 +132,24 @@ copy_long(pycds_writer *w, PyObject *op, uint64_t *off)
         ((PyLongObject *)pycds_w_at(w, *off))->ob_digit[0] = 0;
     }
     return rc;
+}
+
+/* The copy is complete as it is: no code version to draw, no code
+ * watchers to tell. */
+int
+pycds_layout_after_load(PyObject *root)
+{
+    (void)root;
+    return PYCDS_OK;
+}
+
+/* A code object may go unless a weak reference or co_extra data (PEP 523)
+ * refers to it. */
+int
+pycds_layout_may_release(PyObject *root)
+{
+    PyCodeObject *co = (PyCodeObject *)root;
+    return co->co_weakreflist == NULL && co->co_extra == NULL;
 }
 
 #endif /* PYCDS_LAYOUT_310_311_H */

@@ -1,31 +1,50 @@
 /* layout_311.h -- CPython 3.11 object layout for archived objects.
  *
- * Included by layout.c only.  Sources: Include/cpython/code.h (_PyCode_DEF),
- * Include/cpython/unicodeobject.h (PyASCIIObject, PyCompactUnicodeObject),
- * Include/cpython/bytesobject.h, Include/cpython/longintrepr.h,
- * Include/internal/pycore_gc.h (PyGC_Head) and Include/internal/pycore_code.h
- * (QUICKENING_INITIAL_WARMUP_VALUE) of 3.11; Python/marshal.c (r_object)
- * says which objects a .pyc produces and Tools/scripts/deepfreeze.py shows
- * how 3.11 lays out static code objects.
+ * Included by layout.c only, the one file it includes for 3.11.  Sources:
+ * Include/cpython/code.h (_PyCode_DEF), Include/cpython/unicodeobject.h
+ * (PyASCIIObject, PyCompactUnicodeObject), Include/cpython/bytesobject.h,
+ * Include/cpython/longintrepr.h, Include/internal/pycore_gc.h (PyGC_Head),
+ * Include/internal/pycore_code.h (QUICKENING_INITIAL_WARMUP_VALUE) and
+ * Include/internal/pycore_opcode.h (_PyOpcode_Deopt, _PyOpcode_Caches) of
+ * 3.11; Python/marshal.c (r_object) says which objects a .pyc produces and
+ * Tools/scripts/deepfreeze.py shows how 3.11 lays out static code objects.
  *
  * 3.11 has no immortal objects (layout_310_311.h: reference counts, and the
- * str layout it shares with 3.10).  Tuples are GC types: they get a
- * zeroed (untracked) PyGC_Head.
+ * str layout it shares with 3.10); its code objects are those of 3.12 and
+ * 3.13 but for their per-process state (layout_311_313.h).  Tuples are GC
+ * types: they get a zeroed (untracked) PyGC_Head.
  */
 #include "internal/pycore_gc.h"
-#include "internal/pycore_code.h"
+#include "internal/pycore_code.h"        /* CO_FAST_*, _Py_OPCODE, _Py_CODEUNIT */
+#include "opcode.h"                      /* RESUME, CACHE */
 
-#include "layout/layout_310_311.h"
+/* 3.11's tables of inline cache sizes and of the base opcode of every
+ * specialised one, from its own header (libpython does not export them;
+ * each renamed): check_bytecode() in layout_311_313.h. */
+#define NEED_OPCODE_TABLES
+#define _PyOpcode_RelativeJump pycds_opcode_relative_jump
+#define _PyOpcode_Jump pycds_opcode_jump
+#define _PyOpcode_Caches pycds_opcode_caches
+#define _PyOpcode_Deopt pycds_opcode_deopt
+#include "internal/pycore_opcode.h"
+#undef NEED_OPCODE_TABLES
+#define PYCDS_OPCODE_CACHES pycds_opcode_caches
+#define PYCDS_OPCODE_DEOPT pycds_opcode_deopt
 
 #define PYCDS_LAYOUT_NAME "cpython-3.11"
 
-/* Pointer fields of PyCodeObject copied with the code object; order matches
- * Include/cpython/code.h.  Fields not listed are scalars copied as they are,
- * or per-process caches reset by copy_code(). */
-#define PYCDS_CODE_PTR_FIELDS(X)                                   \
-    X(co_consts) X(co_names) X(co_exceptiontable)                  \
-    X(co_localsplusnames) X(co_localspluskinds) X(co_filename)     \
-    X(co_name) X(co_qualname) X(co_linetable)
+#include "layout/layout_common.h"
+#include "layout/layout_310_311.h"
+#include "layout/layout_311_313.h"
+
+/* Unmarshal and init_code leave every instruction its own base opcode:
+ * 3.11 quickens a code object only once co_warmup reaches 0. */
+static int
+op_unmarshal_makes(int op, int base, int caches)
+{
+    (void)caches;
+    return op == base;
+}
 
 /* Overwrite the bytecode of copy c with the deoptimised bytecode of src
  * (co_code: _PyCode_GetCode, Objects/codeobject.c, 3.11). */
@@ -103,7 +122,6 @@ pycds_layout_intern(PyObject **slot)
  * builds (_PyCode_CreateLineArray).  _Py_QuickenedCount, which it also
  * decrements, is private to libpython: sys._getquickenedcount() counts the
  * quickened code objects given back as live. */
-#define PYCDS_LAYOUT_HAS_FORGET_CODE 1
 
 void
 pycds_layout_forget_code(PyObject *op)
@@ -143,4 +161,39 @@ check_code(const pycds_place *p, PyCodeObject *co)
         rc = check_bytecode(co);
     }
     return rc;
+}
+
+/* Room in the interned dict is reserved on 3.13 only (layout_313.h). */
+int
+pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
+{
+    *room = n;
+    return PYCDS_OK;
+}
+
+/* Code objects of 3.11 have no version (only 3.12 draws them from a counter
+ * private to libpython). */
+int
+pycds_layout_version_counter_at(int64_t *offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+
+int
+pycds_layout_use_version_counter(int64_t offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+
+/* 3.11's marshal writes a frozenset's items sorted by their own marshalled
+ * bytes, iterating the set with borrowed references: an item held by the
+ * set and by pycds_layout_frozenset_items' tuple only (two references) was
+ * written without FLAG_REF, unless an interned str (w_ref shares those). */
+static int
+frozenset_item_unflagged(PyObject *item)
+{
+    return Py_REFCNT(item) == 2
+           && !(PyUnicode_CheckExact(item) && PyUnicode_CHECK_INTERNED(item));
 }
