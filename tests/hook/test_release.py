@@ -499,7 +499,7 @@ print(grew, pycds.stats()["served"])
                         hasattr(sys, "gettotalrefcount")
                         or "-DNDEBUG" not in (sysconfig.get_config_var("CFLAGS") or "")),
                     reason="3.12+ debug or assertion builds intern a heap copy of each new "
-                           "name (native/archive/common/layout/layout_312.h)")
+                           "name (native/archive/common/layout/layout_312_313.h)")
 def test_new_names_are_interned_in_place(tmp_path):
     """2000 names no module interned before: plain import allocates a string
     object for each (unmarshal); a served module's own strings become the

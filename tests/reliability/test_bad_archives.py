@@ -523,7 +523,7 @@ def _written(tmp_path, m):
 def test_shared_nested_code_objects_are_initialised_once(tmp_path):
     """A code object reached twice through co_consts (marshal's references
     can share one, and so can a crafted archive) is set up once per load
-    (3.12+: layout_312.h, init_loaded): with each function of a 40-deep
+    (3.12+: layout_312_313.h, init_loaded): with each function of a 40-deep
     chain holding the next one twice, a walk without that memory took 2^40
     steps and never finished (found by a review)."""
     work, plain, m, e = _chain_archive(tmp_path)
