@@ -21,14 +21,12 @@ against ml_dtypes over all 2**32 float32 patterns
 
 import numpy as np
 
-try:  # optional speed-up; results are bit-identical to the numpy path
-    from pycds.bf16._kernels import ffi as _ffi, lib as _lib
-except ImportError:  # pragma: no cover - exercised when the .so is absent
-    _ffi = _lib = None
+from pycds.bf16._native import ffi as _ffi, lib as _lib
 
 __all__ = ["to_bf16", "to_float32", "BF16_NAN", "ROUNDINGS"]
 
-# Arrays at least this large go through the native loop when available.
+# Arrays at least this large go through the native loop; smaller ones use
+# numpy, which is faster for them (same bits either way).
 _NATIVE_MIN = 1 << 12
 _ROUND_CODE = {"nearest": 0, "truncate": 1}  # BF16K_ROUND_* in bf16_kernels.h
 
@@ -110,7 +108,7 @@ def to_bf16(x, rounding="nearest", out="uint16"):
         raise ValueError(f"x must be real (floating or integer), got dtype {x.dtype}")
     else:
         f = np.asarray(x, dtype=np.float32, order="C")  # keeps 0-d shape
-        if _lib is not None and f.size >= _NATIVE_MIN:
+        if f.size >= _NATIVE_MIN:
             bits = _native_from_f32(f, rounding)
         else:
             # 1-D while rounding: numpy arithmetic on 0-d arrays gives scalars
@@ -211,7 +209,7 @@ def to_float32(b):
         If `b` is neither uint16 nor ml_dtypes.bfloat16.
     """
     b = bf16_bits(b, "b")
-    if _lib is not None and b.size >= _NATIVE_MIN and b.flags.c_contiguous:
+    if b.size >= _NATIVE_MIN and b.flags.c_contiguous:
         return _native_to_f32(b)
     # (1-D while shifting: numpy arithmetic on a 0-d array gives a scalar.)
     wide = b.reshape(-1).astype(np.uint32) << np.uint32(16)

@@ -65,14 +65,7 @@ import numpy as np
 
 from pycds.bf16.convert import _is_bfloat16, _real_dtype, bf16_bits, to_bf16, to_float32
 
-try:
-    from pycds.bf16._kernels import ffi as _ffi, lib as _lib
-except ImportError as exc:  # the native module is part of the product
-    raise ImportError(
-        f"pycds.bf16._kernels is not built ({exc}); build it with "
-        f"'python native/bf16/build.py' (in-place) or 'pip install .'",
-        name="pycds.bf16._kernels",
-    ) from exc
+from pycds.bf16._native import ffi as _ffi, lib as _lib
 
 __all__ = ["sbgemm", "sbgemm_fused", "pack", "PackedB", "kernel_name", "Bf16KernelError",
            "layer_norm_rows", "gelu_f32", "attention"]

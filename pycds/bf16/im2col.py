@@ -37,6 +37,8 @@ import operator
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from pycds.bf16._native import ffi as _ffi, lib as _lib
+
 __all__ = ["conv_output_size", "pad2d", "im2col", "col2im", "LAYOUTS"]
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -260,7 +262,6 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1, layout="NCHW", out=N
 def _im2col_native(x, kernel_size, stride, padding, dilation, m, out=None):
     # x: (N, H, W, C) uint16 C-contiguous -> (m, KH*KW*C) uint16, in `out`
     # (1-D uint16 scratch) when it is big enough.
-    from pycds.bf16._kernels import ffi, lib
     N, H, W, C = x.shape
     (KH, KW), (SH, SW), (PH, PW), (DH, DW) = kernel_size, stride, padding, dilation
     size = m * KH * KW * C
@@ -269,12 +270,12 @@ def _im2col_native(x, kernel_size, stride, padding, dilation, m, out=None):
         cols = out[:size].reshape(m, KH * KW * C)
     else:
         cols = np.empty((m, KH * KW * C), dtype=np.uint16)
-    rc = lib.bf16k_im2col_nhwc(ffi.cast("const uint16_t *", ffi.from_buffer(x)), N, H, W, C,
-                               KH, KW, SH, SW, PH, PW, DH, DW,
-                               ffi.cast("uint16_t *", ffi.from_buffer(cols, require_writable=True)),
-                               cols.size)
+    rc = _lib.bf16k_im2col_nhwc(_ffi.cast("const uint16_t *", _ffi.from_buffer(x)), N, H, W, C,
+                                KH, KW, SH, SW, PH, PW, DH, DW,
+                                _ffi.cast("uint16_t *", _ffi.from_buffer(cols, require_writable=True)),
+                                cols.size)
     if rc != 0:   # arguments im2col's own checks let through but C refuses
-        raise ValueError(f"bf16k_im2col_nhwc: {ffi.string(lib.bf16k_strerror(rc)).decode()}")
+        raise ValueError(f"bf16k_im2col_nhwc: {_ffi.string(_lib.bf16k_strerror(rc)).decode()}")
     return cols
 
 
