@@ -33,7 +33,9 @@ _started = False
 
 
 def _start():
-    """Switch on the mode the PYCDS* environment variables ask for (run by
+    """Start the mode the PYCDS* environment variables ask for; never raise.
+
+    Switch on the mode the PYCDS* environment variables ask for (run by
     the ``pycds.pth`` line): SHARE puts the stand-in that opens the archive
     at the program's first import on ``sys.meta_path`` (:class:`_Opener`),
     DUMP and TRACE register an atexit handler, AUTO installs the finder and
@@ -141,7 +143,9 @@ OPEN_WAIT_S = 0.5
 
 
 class _Opener:
-    """SHARE's (and AUTO's, when it has an archive file) place on
+    """Stand-in on sys.meta_path that opens the archive at the first import.
+
+    SHARE's (and AUTO's, when it has an archive file) place on
     ``sys.meta_path`` until the program's first import: it opens the archive
     then and puts pycds.share's finder in its place (AUTO: pycds.auto's
     install, with its exit handler),
@@ -197,7 +201,9 @@ class _Opener:
         pass
 
     def open(self, first=None):
-        """pycds.share's finder, installed in this one's place on first
+        """Return pycds.share's finder, put in this one's place, or None.
+
+        pycds.share's finder, installed in this one's place on first
         call (``first``: the name being imported); None if the archive
         cannot be used (after one warning), while this thread opens it
         (pycds's own imports) or another one does: that wait lasts
@@ -269,7 +275,9 @@ _opener = None
 
 
 def start():
-    """Switch on what the PYCDS* environment variables ask for, as the
+    """Start what the PYCDS* variables ask for, as pycds.pth does; never raise.
+
+    Switch on what the PYCDS* environment variables ask for, as the
     ``pycds.pth`` line does at start-up, from code: where no ``.pth`` file
     is read, as for packages installed with ``pip install --target`` and put
     on ``PYTHONPATH`` (a serverless zip; docs/deploy.md).  Imports made
@@ -280,7 +288,9 @@ def start():
 
 
 def stats():
-    """Counters of this process's share mode (see pycds.share.stats):
+    """Return this process's share-mode counters, as a dict.
+
+    Counters of this process's share mode (see pycds.share.stats):
     modules served, fallbacks by reason, bytes loaded, load time in ms,
     modules read ahead, bytes given back after module bodies ran, modules
     the interpreter imported at start-up that were imported plainly."""
@@ -296,7 +306,9 @@ def stats():
 
 
 def dump(archive=None, modules=None):
-    """Write an archive of the modules imported so far, after importing the
+    """Archive the modules imported so far; return how many, or raise OSError.
+
+    Write an archive of the modules imported so far, after importing the
     module names in ``modules`` (an iterable of str; None: none), to
     ``archive`` (a str, bytes or os.PathLike path; None: ``$PYCDSARCHIVE``,
     else this program's default archive, as DUMP would write).
@@ -331,7 +343,9 @@ def dump(archive=None, modules=None):
 
 
 def _dump(module_list="", archive=""):
-    """Import the modules named in the file ``module_list`` (one a line; ``#``
+    """Import the modules a file lists, then archive; return the count.
+
+    Import the modules named in the file ``module_list`` (one a line; ``#``
     starts a comment line) and write an archive of every module imported so
     far to ``archive``: the original tool's API, kept; :func:`dump` takes
     the names themselves.

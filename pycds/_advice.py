@@ -1,4 +1,6 @@
-"""What a warning about an archive that cannot be used says, and what it
+"""Say why an archive cannot be used, and what the user should do next.
+
+What a warning about an archive that cannot be used says, and what it
 tells the user to do next.
 
 Imported only when such a warning is given: a run whose archive is usable
@@ -31,7 +33,9 @@ def _untrusted(path, file=True):
 
 
 def directory_refusal(path):
-    """Why every run would refuse an archive at ``path`` for where it lies
+    """Return why runs refuse an archive at path for where it lies, or "".
+
+    Why every run would refuse an archive at ``path`` for where it lies
     (a directory on the way that others may write:
     pycds._nativeapi.check_trusted), "" where nothing there stands in the
     way."""
@@ -51,7 +55,9 @@ def directory_refusal(path):
 
 
 def not_replaceable(path):
-    """Why a dump may not write over what is at ``path`` ("" where it may,
+    """Return why a dump may not write over what is at path, or "".
+
+    Why a dump may not write over what is at ``path`` ("" where it may,
     or where nothing is there): pycds._files.check_replaceable's
     message.  Other failures (a path through a file, a name too long) are
     the write's to report."""
@@ -65,7 +71,9 @@ def not_replaceable(path):
 
 
 def refusal(path, error, auto):
-    """The warning's text after ``archive <path> ignored: `` for the
+    """Return the warning's text for the archive at path that did not open.
+
+    The warning's text after ``archive <path> ignored: `` for the
     archive at ``path`` that could not be opened with ``error`` (SHARE, or
     AUTO when ``auto``): why, then what to do so that the next run uses an
     archive, and for AUTO what it does itself."""

@@ -52,7 +52,7 @@ def _u(b, off, size):
 
 
 def checksum(data, key):
-    """64-bit SipHash-1-3 of ``data`` keyed with ``key`` (an int), as an int."""
+    """Return the 64-bit SipHash-1-3 of ``data`` keyed with int ``key``."""
     return int.from_bytes(_imp.source_hash(key & 0x7FFFFFFFFFFFFFFF, data), "little")
 
 
@@ -65,14 +65,18 @@ def name_hash(name):
 # (pycds._config takes these facts at start-up, without this module.)
 
 def code_debug_ranges(code):
-    """Whether ``code`` has column positions (every code object made with
+    """Return whether code has column positions.
+
+    Whether ``code`` has column positions (every code object made with
     them has some: even an empty module's RESUME is at column 0)."""
     positions = getattr(code, "co_positions", None)
     return positions is None or any(p[2] is not None for p in positions())
 
 
 def why_not_archive(head, size):
-    """"" when a file of ``size`` bytes whose first bytes are ``head`` is a
+    """Return "" if a dump may replace this file as an archive, else why not.
+
+    "" when a file of ``size`` bytes whose first bytes are ``head`` is a
     pycds archive a dump may replace -- it starts with the magic, whatever
     its version or damage -- else why not: not an archive, or one with
     bytes appended after the end its header gives (someone else's bytes;
@@ -105,7 +109,9 @@ class Header:
 
     @classmethod
     def unpack(cls, b):
-        """The fields of the header ``b`` (its first HEADER_SIZE bytes), as
+        """Return the fields of header b, unchecked; ValueError if too short.
+
+        The fields of the header ``b`` (its first HEADER_SIZE bytes), as
         they are: nothing is checked (an archive's reader checks them:
         :class:`Index`).  For tools that rewrite a header."""
         if len(b) < HEADER_SIZE:
@@ -162,7 +168,9 @@ class ModuleEntry:
         return tuple(getattr(self, name) for name in self.__slots__)
 
     def moved_to(self, origin, cached, is_package):
-        """This entry as if dumped at ``origin``, the source plain import
+        """Return this entry as if dumped at origin (a moved tree), or None.
+
+        This entry as if dumped at ``origin``, the source plain import
         finds now (``cached``: its spec's ``.pyc`` path), when the archived
         file's tree has moved there: the same path below the search-path
         entry that holds the top-level package (``pkg/sub/mod.py``,
@@ -190,11 +198,12 @@ _SWAPPED = object()    # Index._lookup: the archive at the path was another
 
 
 class Index:
-    """Read side of an archive: lookups by module name, the entries and the
-    chunk table, over an archive file the native reader opened and checked
-    (pycds._nativeapi.ArchiveFile, whose ``path``, ``header``, ``meta``,
-    ``foreign``, ``mtime``, ``fd``, ``descriptor()`` and ``close()`` it
-    passes on).
+    """Read side of an archive: lookups by module name, entries, chunk table.
+
+It reads over an archive file the native reader opened and checked
+(pycds._nativeapi.ArchiveFile, whose ``path``, ``header``, ``meta``,
+``foreign``, ``mtime``, ``fd``, ``descriptor()`` and ``close()`` it
+passes on).
 
     ``Index.open(path)`` raises :class:`~pycds.errors.ArchiveFormatError`
     with the reason when the archive cannot be used; it never reads more
@@ -214,7 +223,9 @@ class Index:
     @classmethod
     def open(cls, path, check_owner=True, check_interpreter=True,
              out_of_the_way=False):
-        """The archive at ``path`` (pycds._nativeapi.ArchiveFile says what
+        """Open the archive at path; raise ArchiveFormatError if unusable.
+
+        The archive at ``path`` (pycds._nativeapi.ArchiveFile says what
         each argument does).  Needs the native module.  Raises
         :class:`~pycds.errors.ArchiveFormatError`
         (:class:`~pycds.errors.ForeignArchiveError`)."""
@@ -298,7 +309,9 @@ class Index:
         return out
 
     def chunk_intact(self, entry):
-        """True if ``entry``'s heap chunk and relocation entries still have
+        """Return whether entry's chunk still has its recorded checksums.
+
+        True if ``entry``'s heap chunk and relocation entries still have
         the checksum the dump recorded and its chunk-table record (what the
         native loader uses) says the same (reads them; needs the native
         module, as the loader does)."""
@@ -334,7 +347,9 @@ class Index:
             hash64(table, h.archive_id) == h.chunks_sum
 
     def chunk_record(self, number):
-        """The chunk-table record of module ``number`` as a tuple
+        """Return module number's chunk-table record; raise ArchiveFormatError.
+
+        The chunk-table record of module ``number`` as a tuple
         ``(chunk_off, chunk_len, root_off, reloc_first, reloc_count,
         checksum)``: what the native loader uses (for ``verify``; the
         table's own checksum is checked by the loader)."""
@@ -354,7 +369,9 @@ _ZERO4 = bytes(4)
 
 
 def chunk_table(entries, archive_id, strict=True):
-    """The chunk table of ``entries`` (record i describes ``entries[i]``)
+    """Return the chunk table of entries and its checksum; raise ValueError.
+
+    The chunk table of ``entries`` (record i describes ``entries[i]``)
     and its checksum.  Raises ValueError if the entries are not numbered
     0..n-1 with their chunks in increasing heap order; with ``strict=False``
     (for tests that write damaged archives) values are stored as given,
@@ -382,7 +399,9 @@ def chunk_table(entries, archive_id, strict=True):
 
 def file_sections(entries, heap_len, reloc_count, meta, archive_id, flags=0,
                   strict=True):
-    """The header and file sections of an archive of ``entries``.  Returns ``(header, parts)`` where ``parts`` is a
+    """Return the header and file sections of an archive of ``entries``.
+
+    Returns ``(header, parts)`` where ``parts`` is a
     list of ``(offset, bytes)`` for meta, buckets, entries and the chunk
     table; the heap and relocations go at ``header.heap_off`` /
     ``header.reloc_off``.  Needs the native module (the chunk table's
@@ -444,7 +463,9 @@ def file_sections(entries, heap_len, reloc_count, meta, archive_id, flags=0,
 
 
 def canonical_marshal(obj):
-    """``marshal.dumps(obj)`` as of a fresh copy of ``obj``: the bytes
+    """Return marshal.dumps(obj) as of a fresh copy: bytes of its value only.
+
+    ``marshal.dumps(obj)`` as of a fresh copy of ``obj``: the bytes
     depend on its value only.  Marshal marks an object for sharing
     (``FLAG_REF``) by its reference count and a str by whether it is
     interned (``w_ref``, ``w_complex_object`` in Python/marshal.c, 3.10-3.13):

@@ -199,7 +199,9 @@ _program = None      # program_id() of this process, taken at its first call
 
 
 def program_id(argv=None):
-    """What identifies the program being run, from ``sys.orig_argv``:
+    """Return what identifies the program being run, as (kind, value).
+
+    What identifies the program being run, from ``sys.orig_argv``:
     ``("script", realpath)``, ``("-m", module)``, ``("-c", code)`` or
     ``("other", argv)``.  This process's (no ``argv``) is taken once, at
     start-up: the script's real path does not follow a later ``chdir``.
@@ -240,7 +242,9 @@ def program_id(argv=None):
 
 
 def cache_dir(environ=None):
-    """``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``; None where neither
+    """Return pycds's cache directory, or None where there is no usable one.
+
+    ``$XDG_CACHE_HOME/pycds``, else ``~/.cache/pycds``; None where neither
     is an absolute path.  A relative ``XDG_CACHE_HOME`` is ignored, as the
     XDG Base Directory Specification says; a home directory that cannot be
     found (``HOME`` unset and a user id with no passwd entry, as in ``docker
@@ -260,7 +264,9 @@ def cache_dir(environ=None):
 
 
 def default_archive_path(environ=None, argv=None):
-    """The archive used when PYCDSARCHIVE is unset: one per interpreter,
+    """Return the archive path used when PYCDSARCHIVE is unset, or "".
+
+    The archive used when PYCDSARCHIVE is unset: one per interpreter,
     optimization level and program (see :func:`program_id`), named
     ``<program>-<hash>.img`` (:func:`program_name`); "" where there is no
     cache directory (:func:`cache_dir`)."""
@@ -280,7 +286,9 @@ _NAME_MAX = 40
 
 
 def program_name(kind, value):
-    """A file-name-safe name for the program of :func:`program_id`: a
+    """Return a file-name-safe name for the program of program_id().
+
+    A file-name-safe name for the program of :func:`program_id`: a
     script's name without ``.py``, a ``-m`` module's name, ``python-c`` for
     ``-c``, ``python`` otherwise; characters other than letters, digits,
     ``.``, ``_`` and ``-`` become ``_``, cut to 40."""
@@ -303,7 +311,9 @@ def program_name(kind, value):
 # Taken at start-up, before the program can change its environment.
 
 def meta_for_this_interpreter():
-    """The interpreter facts an archive's meta block must match, as a dict
+    """Return the interpreter facts an archive's meta block must match.
+
+    The interpreter facts an archive's meta block must match, as a dict
     of str to builtins: version, build, ``-O`` level, byte order, column
     positions.  Checkable without the native module; the native layout id
     (image build and object layout) is added by the writer and checked by
@@ -322,7 +332,9 @@ _tag = None
 
 
 def interpreter_tag():
-    """16 hex digits naming this process's facts, as they were at the first
+    """Return 16 hex digits naming this process's interpreter facts.
+
+    16 hex digits naming this process's facts, as they were at the first
     call (start-up in DUMP and SHARE runs): their SipHash-1-3 with key 0
     (pycds._archive.checksum).  A child process whose tag is not its DUMP
     session's does not write over the session's archive (pycds.dump.dumper);
@@ -341,7 +353,9 @@ _debug_ranges = None
 
 
 def debug_ranges():
-    """Whether code objects made in this process keep column positions
+    """Return whether code objects made here keep column positions.
+
+    Whether code objects made in this process keep column positions
     (3.11+): ``-X no_debug_ranges`` and ``PYTHONNODEBUGRANGES`` (set and
     not empty, unless ``-E``) make ``_PyCode_New`` drop them.  The rule is
     the configuration's own (``config_read_complex_options`` in
@@ -387,7 +401,9 @@ WARNED_KEEP = 32
 
 
 def inherited_session(var, tag=""):
-    """The id of this run of a recording mode, kept in the environment
+    """Return the id of this run of a recording mode, kept in variable var.
+
+    The id of this run of a recording mode, kept in the environment
     variable ``var``: made by the run's first process and put in its
     environment, so that the child processes it starts share it (DUMP:
     ``PYCDS_DUMP_SESSION``, TRACE: ``PYCDS_TRACE_SESSION``).  A new id is
@@ -401,26 +417,34 @@ def inherited_session(var, tag=""):
 
 
 def dump_session():
-    """The id of this DUMP run (:func:`inherited_session` of
+    """Return the id of this DUMP run, tagged with its interpreter facts.
+
+    The id of this DUMP run (:func:`inherited_session` of
     ``PYCDS_DUMP_SESSION``), tagged with the interpreter facts of the process
     that began it (:func:`interpreter_tag`)."""
     return inherited_session(DUMP_SESSION_VAR, interpreter_tag())
 
 
 def dump_session_began_here():
-    """Whether no ancestor of this process began a DUMP run (read before
+    """Return whether no ancestor of this process began a DUMP run.
+
+    Whether no ancestor of this process began a DUMP run (read before
     :func:`dump_session` puts this one's id in the environment)."""
     return not os.environ.get(DUMP_SESSION_VAR)
 
 
 def trace_session():
-    """The id of this TRACE run (:func:`inherited_session` of
+    """Return the id of this TRACE run.
+
+    The id of this TRACE run (:func:`inherited_session` of
     ``PYCDS_TRACE_SESSION``)."""
     return inherited_session(TRACE_SESSION_VAR)
 
 
 def auto_tree_root():
-    """This process's pid if it is the first AUTO process of its process
+    """Return this pid if it is its tree's first AUTO process, else 0.
+
+    This process's pid if it is the first AUTO process of its process
     tree, else 0; marks the tree for the processes it starts."""
     root = 0 if os.environ.get(AUTO_TREE_VAR) else os.getpid()
     os.environ[AUTO_TREE_VAR] = "1"
@@ -431,7 +455,9 @@ _share = None
 
 
 def share_session():
-    """``(tag, root)``: the interpreter tag of this process tree's SHARE
+    """Return (tag, root) of this process tree's SHARE session.
+
+    ``(tag, root)``: the interpreter tag of this process tree's SHARE
     session and the pid of the process that began it, 0 when an ancestor
     did (its tag is in ``PYCDS_SHARE_SESSION``).  Decided at the first call
     (SHARE's start-up), which puts this process's tag there for its
@@ -503,7 +529,9 @@ def _chains():
 
 
 def loader_patched():
-    """Whether the program has replaced a part of the stock
+    """Return whether the program replaced part of the stock loader.
+
+    Whether the program has replaced a part of the stock
     ``SourceFileLoader`` that plain import's ``get_code`` uses (a
     ``source_to_code`` that rewrites code, say; a wrapper around
     ``get_code`` that an APM agent installs): code made or archived then is
@@ -579,7 +607,9 @@ STOCK_FILE_FINDER_HOOKS = _file_finder_hooks()
 
 
 def path_hooks_stock():
-    """Whether every entry of ``sys.path_hooks`` is one importlib put there
+    """Return whether sys.path_hooks are importlib's own; never raise.
+
+    Whether every entry of ``sys.path_hooks`` is one importlib put there
     (zipimporter, or a FileFinder hook there when pycds started) and what
     they run is as pycds started with it: running them for a directory runs
     no code of the program and changes nothing but what ``PathFinder``
@@ -614,7 +644,9 @@ FILE_LOADERS = [(suffix, loader)
 
 
 def search_replayable():
-    """Whether a recorded search may be replayed: the search's methods are
+    """Return whether a recorded search may be replayed.
+
+    Whether a recorded search may be replayed: the search's methods are
     the stock ones and ``-vv`` is off (FileFinder prints each file it tries
     then; a replay would not)."""
     if sys.flags.verbose >= 2:
@@ -641,7 +673,9 @@ def runs_importlib(frame):
 
 
 def runs_pycds(frame):
-    """Whether ``frame`` runs the code of one of pycds's own modules
+    """Return whether frame runs the code of one of pycds's own modules.
+
+    Whether ``frame`` runs the code of one of pycds's own modules
     (:func:`is_hook_module`): its globals are that module's namespace."""
     g = frame.f_globals
     name = g.get("__name__")
@@ -660,7 +694,9 @@ _MAX_WALK = 1000
 
 
 def imported_by_interpreter():
-    """Whether the import being found was started by the interpreter itself:
+    """Return whether the interpreter started this import; never raise.
+
+    Whether the import being found was started by the interpreter itself:
     the outermost frame of this thread is importlib's, so no code of the
     program lies beneath it (``site`` and what it imports at start-up, such
     as ``sitecustomize``; ``linecache``, which 3.13 imports for ``-c``
@@ -684,7 +720,9 @@ def imported_by_interpreter():
 
 
 def import_native(search_path=None):
-    """``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``:
+    """Import and return pycds._nativeapi; raise ImportError if it fails.
+
+    ``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``:
     at the first archive hit of a SHARE run, at the start of a DUMP run
     and of an AUTO run that records (pycds.dump.dumper.preload).  (Here, not
     in a module of its own: a SHARE run's first hit would import one more
@@ -731,7 +769,9 @@ def import_native(search_path=None):
 
 
 def is_main_interpreter(cheap_only=False):
-    """True unless this is a subinterpreter.  pycds works in the main
+    """Return True unless this is a subinterpreter.
+
+    pycds works in the main
     interpreter only: its native module is single-phase (cffi), which 3.12+
     refuses to load in isolated subinterpreters, and archives and DUMP
     sessions belong to the process.  3.12+ answers cheaply; on 3.10/3.11
@@ -749,7 +789,9 @@ def is_main_interpreter(cheap_only=False):
 
 
 def is_hook_module(name):
-    """Whether module ``name`` is pycds's own import hook, which is never
+    """Return whether module name is pycds's own import hook.
+
+    Whether module ``name`` is pycds's own import hook, which is never
     archived (it runs before the archive is open); its companion pycds.bf16
     is an ordinary library and is."""
     return (name == "pycds" or name.startswith("pycds.")) and \

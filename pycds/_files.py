@@ -30,7 +30,9 @@ _TMP_MARK = ".pycds-tmp."
 
 
 def write_atomic(path, chunks, kind, length=None, xattrs=None):
-    """Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
+    """Write chunks as path's whole content, atomically; raise OSError.
+
+    Write ``chunks`` (a list of ``(offset, bytes-like)``) as the whole
     content of ``path``, atomically, over a file there only if
     :func:`check_replaceable` for ``kind`` allows it (checked again
     just before the rename); ``length``: the file's size in bytes (zeros
@@ -102,7 +104,9 @@ def write_atomic(path, chunks, kind, length=None, xattrs=None):
 
 
 def _retry(call, *args, **kwargs):
-    """``call(*args, **kwargs)``, again after EINTR: os.link and os.replace
+    """Return call(*args, **kwargs), calling again after EINTR.
+
+    ``call(*args, **kwargs)``, again after EINTR: os.link and os.replace
     raise InterruptedError where a file system (NFS, FUSE) lets a signal
     interrupt them; PEP 475 retries only the calls that often block."""
     while True:
@@ -113,7 +117,9 @@ def _retry(call, *args, **kwargs):
 
 
 def make_directory(d):
-    """Make directory ``d`` and its missing parents, each with mode 0755 less
+    """Make directory d and its missing parents; raise OSError.
+
+    Make directory ``d`` and its missing parents, each with mode 0755 less
     the umask (``os.makedirs`` gives the parents 0777 less the umask: under
     ``umask 000`` directories a SHARE run then refuses, being writable by
     others, docs/reliability.md); "Not a directory" where a part of ``d`` is
@@ -136,8 +142,9 @@ def make_directory(d):
 
 
 class NotReplaceable(FileExistsError):
-    """A file is at the path a dump would write, and it is not pycds's to
-    replace (:func:`check_replaceable`)."""
+    """A file is at a dump's path, and it is not pycds's to replace.
+
+    The path is one a dump would write; see :func:`check_replaceable`."""
 
 
 # Bytes of a file's head given to a kind's judge.
@@ -145,7 +152,9 @@ HEAD = 4096
 
 
 def check_replaceable(path, kind):
-    """Raise :class:`NotReplaceable` unless a dump may put a new file of
+    """Raise NotReplaceable unless a dump may put a file of kind at path.
+
+    Raise :class:`NotReplaceable` unless a dump may put a new file of
     ``kind`` at ``path``: nothing is there, or a regular file of this user
     that is one of pycds's own files of that kind, or an empty one named as
     they are.  ``kind``: ``(name, suffix, judge)``, as
@@ -178,7 +187,9 @@ _said = set()
 
 
 def say_if_taken(path, kind, what, var):
-    """At the start of a run that writes ``path`` at exit: one warning (for
+    """Warn at start-up if the run may not replace what is at path.
+
+    At the start of a run that writes ``path`` at exit: one warning (for
     the process tree: pycds._log) when what is there is not a file of
     ``kind`` it may replace (:func:`check_replaceable`); the exit's
     :func:`say_not_written` then says nothing more.  ``what``: the run's
@@ -195,7 +206,9 @@ def say_if_taken(path, kind, what, var):
 
 
 def say_not_written(path, error, what, var):
-    """At exit: ``error`` (a :class:`NotReplaceable`) kept the write from
+    """Say at exit that error kept the write from path, once.
+
+    At exit: ``error`` (a :class:`NotReplaceable`) kept the write from
     ``path``: one warning, or a verbose line where :func:`say_if_taken`
     said it at start-up."""
     from . import _log
@@ -245,7 +258,9 @@ _REPLACED = "was replaced while it was looked at"
 
 
 def why_not_ours(path, judge, st=None):
-    """"" when ``path`` is a regular file (not a symbolic link) that
+    """Return "" if path is a file judge takes for pycds's, else why not.
+
+    "" when ``path`` is a regular file (not a symbolic link) that
     ``judge`` (as in :func:`check_replaceable`) takes for pycds's, else why
     not; ``st``: its lstat() if taken, and the file must still be that
     one."""
@@ -275,7 +290,9 @@ _TMP_SUFFIX_MAX = 1 + 7 + 1 + 20
 
 
 def _tmp_prefix(base):
-    """The prefix of the temporary names for the archive named ``base``:
+    """Return the prefix of the temporary names for the archive base.
+
+    The prefix of the temporary names for the archive named ``base``:
     ``.<base>.pycds-tmp.``, with ``base`` cut short and a hash of it added
     where the whole name would pass NAME_MAX (an archive name of about 215
     to 255 bytes is valid; its temporary name must be too)."""
@@ -335,7 +352,9 @@ _fcntl_module = None
 
 
 def fcntl_module():
-    """The standard library's ``fcntl``, loaded from its own directory and
+    """Return the stdlib's fcntl, out of sys.modules; raise ImportError.
+
+    The standard library's ``fcntl``, loaded from its own directory and
     kept out of ``sys.modules``: ``import fcntl`` at exit would run a
     ``fcntl.py`` beside the program's script (plain Python never imports
     fcntl), and one imported at start-up would be what the program's own
@@ -360,7 +379,9 @@ def fcntl_module():
 
 
 class directory_lock:
-    """flock() on the archive's directory: writers of one directory take
+    """Hold flock() on the archive's directory; raise OSError on timeout.
+
+    flock() on the archive's directory: writers of one directory take
     turns between reading the old archive and renaming the new one.
     Raises OSError when the lock stays taken for LOCK_WAIT_S."""
 

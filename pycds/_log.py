@@ -1,4 +1,6 @@
-"""Messages on stderr: warnings (not repeated by the processes a process
+"""Print pycds's warnings and verbose lines on stderr.
+
+Messages on stderr: warnings (not repeated by the processes a process
 starts after printing one), verbose lines gated by PYCDSVERBOSE.
 
 Format: ``[pycds] served <module>``, ``[pycds] fallback <module>: <reason>``,
@@ -20,7 +22,9 @@ _DIGEST_KEY = 0x7079636473       # "pycds"
 
 
 def say(msg):
-    """Print ``[pycds] msg`` on stderr, whatever the verbosity (what a DUMP
+    """Print ``[pycds] msg`` on stderr; never raise.
+
+    Print ``[pycds] msg`` on stderr, whatever the verbosity (what a DUMP
     wrote: callers test PYCDSVERBOSE=0 first).  Never raises."""
     _emit("[pycds] " + msg)
 
@@ -32,7 +36,9 @@ def verbose(msg, at=1):
 
 
 def warning(msg):
-    """Print ``[pycds] warning: msg`` on stderr, whatever the verbosity,
+    """Print a warning on stderr unless a parent printed it; never raise.
+
+    Print ``[pycds] warning: msg`` on stderr, whatever the verbosity,
     unless a parent process printed it before starting this one: a child
     that inherited the same setting or archive (a spawn pool's eight
     workers refusing the stale archive their parent refused, say) does not
@@ -57,7 +63,9 @@ def warning(msg):
 
 
 def _digest(msg):
-    """A stable digest of the message, 16 hex digits: importlib's keyed
+    """Return a digest of msg, 16 hex digits, the same in every process.
+
+    A stable digest of the message, 16 hex digits: importlib's keyed
     SipHash (``_imp.source_hash``, PEP 552), unlike hash() the same in
     every process."""
     return _imp.source_hash(_DIGEST_KEY, msg.encode("utf-8", "surrogatepass")).hex()

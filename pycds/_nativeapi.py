@@ -38,7 +38,9 @@ if ffi.string(lib.pycds_build_version()).decode() != __version__:
 
 
 def error(rc, what):
-    """The NativeError of status ``rc`` (PYCDS_E_*) of the native call that
+    """Return the NativeError of status rc of the call that just failed.
+
+    The NativeError of status ``rc`` (PYCDS_E_*) of the native call that
     just failed on this thread, its message ``what: reason: detail``."""
     reason = ffi.string(lib.pycds_strerror(rc)).decode()
     detail = ffi.string(lib.pycds_last_error()).decode("utf-8", "replace")
@@ -81,7 +83,9 @@ def _c_path(path):
 
 
 def check_trusted(path, file=True):
-    """Raise :class:`ArchiveFormatError` for an archive at ``path`` that
+    """Raise ArchiveFormatError if others could write path's archive.
+
+    Raise :class:`ArchiveFormatError` for an archive at ``path`` that
     others could have written or could replace, what SHARE refuses: a
     directory on the way writable by others without the sticky bit; with
     ``file``, a file writable by group or others or owned by another user
@@ -93,11 +97,13 @@ def check_trusted(path, file=True):
 
 
 class ArchiveFile:
-    """An archive file opened and checked by the native reader
-    (native/archive/loader/open.c): ``header`` (the fields of
-    pycds._archive.Header), ``meta`` (the meta block, a dict), ``buckets``
-    (the bucket table, bytes), ``mtime`` (when it was written, s) and
-    ``fd``, the descriptor to read the rest through (-1 while none is held).
+    """An archive file opened and checked by the native reader.
+
+The reader is native/archive/loader/open.c.  Attributes: ``header``
+(the fields of pycds._archive.Header), ``meta`` (the meta block, a
+dict), ``buckets`` (the bucket table, bytes), ``mtime`` (when it was
+written, s) and ``fd``, the descriptor to read the rest through (-1
+while none is held).
 
     Raises :class:`ArchiveFormatError` (:class:`ForeignArchiveError` for an
     archive of another format, Python version or interpreter build; the
@@ -163,15 +169,18 @@ class ArchiveFile:
         self._reopen = o.fd < 0     # the first descriptor() opens the file again
 
     def let_go(self):
-        """Close the descriptor an ``out_of_the_way`` file was opened
-        holding: the first :meth:`descriptor` opens the file again."""
+        """Close the descriptor an ``out_of_the_way`` file was opened holding.
+
+        The first :meth:`descriptor` opens the file again."""
         if self._owned and self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
             self._reopen = True
 
     def descriptor(self):
-        """The descriptor to read through; the first call of a file opened
+        """Return the descriptor to read through; raise ArchiveFormatError.
+
+        The descriptor to read through; the first call of a file opened
         ``out_of_the_way`` opens it again, with the native reader (no
         "open" audit event for the program's hooks, which plain import
         does not raise either).  Where the path names another archive by
@@ -205,16 +214,18 @@ class ArchiveFile:
         return self.fd
 
     def adopt(self, fd):
-        """Read through ``fd`` from now on, a descriptor on the same file
-        that its owner (the native handle) closes; this one's own is
-        closed."""
+        """Read through ``fd``, a descriptor on the same file, from now on.
+
+        Its owner (the native handle) closes it; this one's own is closed."""
         if self._owned and self.fd >= 0:
             os.close(self.fd)
         self.fd = fd
         self._owned = False
 
     def fd_lost(self):
-        """Whether the descriptor no longer refers to the file opened: the
+        """Return whether the descriptor no longer refers to the file.
+
+        Whether the descriptor no longer refers to the file opened: the
         program closed it (daemonizing code closes every descriptor), and
         maybe opened another file under its number.  A read failing then
         says nothing about the archive.  Never raises."""
@@ -234,6 +245,7 @@ class ArchiveFile:
 
 class NativeArchive:
     """A reserved archive heap from which modules are loaded once each.
+
     ``version_counter``: the offset of CPython 3.12's code version counter
     the archive records (pycds._nativewriter.version_counter_at), drawn
     from directly where it checks out (``self.version_counter``)."""
@@ -266,7 +278,9 @@ class NativeArchive:
         self.fd = fd[0]    # the handle's own (it closes it)
 
     def load(self, entry):
-        """Return the code object of ``entry`` (its ``number`` and ``name``:
+        """Return the code object of entry; raise NativeError if it is corrupt.
+
+        Return the code object of ``entry`` (its ``number`` and ``name``:
         a pycds._archive.ModuleEntry, or the finder's ArchivedCode).
         Raises NativeError if the chunk is corrupt or fails its fix-ups."""
         number = entry.number
@@ -279,7 +293,9 @@ class NativeArchive:
         return out[0]
 
     def release(self, entry):
-        """After ``entry``'s module body ran: give back the memory of its
+        """Give back entry's unused chunk memory; return the bytes freed.
+
+        After ``entry``'s module body ran: give back the memory of its
         chunk's tail that nothing holds (native/archive/loader/release.c).  Returns the
         bytes given back; the module is then never handed out again (a
         later :meth:`load` raises NativeError, PYCDS_E_STATE)."""
@@ -314,7 +330,9 @@ ENTRY_WINDOW = 64 << 10
 
 
 class IndexFinder:
-    """The finder's archive hit in C (native/archive/loader/find.c): the
+    """The finder's archive hit in C: index lookups and the stats they take.
+
+    The finder's archive hit in C (native/archive/loader/find.c): the
     index lookup of a name and the stats its checks take, as facts for
     pycds._search and pycds._pyc to judge.  ``index`` is an open
     :class:`ArchiveFile` (or a pycds._archive.Index), read through
@@ -345,7 +363,9 @@ class IndexFinder:
         self._ctx_stock_hooks = self._ctx[:5] + (True, serving)
 
     def use(self, fd):
-        """Read through descriptor ``fd`` from now on, the index as it is now
+        """Read through descriptor fd, and the index as it is now.
+
+        Read through descriptor ``fd`` from now on, the index as it is now
         (ArchiveFile.descriptor() may have taken another file's).  The
         struct is updated in place: a server (:func:`serve`) holds it."""
         h = self._file.header
@@ -365,7 +385,9 @@ class IndexFinder:
         ix.fd = fd
 
     def find(self, name):
-        """``[entry tuple, stamps of the search's steps, package directory's
+        """Return name's entry and facts; None if absent, False if declined.
+
+        ``[entry tuple, stamps of the search's steps, package directory's
         stamp, source facts, .pyc facts]`` (pycds_native.h), None if
         ``name`` is not in the archive, False where C declined (read the
         index with Index.lookup)."""
@@ -376,7 +398,9 @@ class IndexFinder:
         return False if rc else out or None
 
     def holds(self, name):
-        """Whether the archive holds ``name``; before a descriptor is set,
+        """Return whether the archive (likely) holds name.
+
+        Whether the archive holds ``name``; before a descriptor is set,
         whether a bucket holds its tag (the likely answer: 32 bits of its
         hash), reading nothing."""
         out = []
@@ -384,7 +408,9 @@ class IndexFinder:
         return rc == lib.PYCDS_FIND_NO_FILE or (rc == 0 and bool(out))
 
     def hit(self, name, path, stock_hooks=False):
-        """:meth:`find`'s list and a sixth item, the native verdict
+        """Return find()'s list plus the native verdict for name.
+
+        :meth:`find`'s list and a sixth item, the native verdict
         (native/archive/loader/find.c, pycds_index_hit): True when plain
         import, searching ``path`` (a list, or None for ``sys.path``), would
         take the archived module as the dump recorded it (PYCDSCHECK=mtime
@@ -403,7 +429,7 @@ class IndexFinder:
 
 
 def serve(index, parts):
-    """Return ``(server, ArchivedCode type)``; raise NativeError if ``parts`` do not fit.
+    """Return (server, ArchivedCode type) over index; raise NativeError.
 
     The served hit in C (native/archive/loader/serve.c) over ``index`` (an
     :class:`IndexFinder`), made of ``parts``, a dict of the Python objects

@@ -1,4 +1,6 @@
-"""The archive writer's side of ``pycds._native`` (native/archive/writer):
+"""The archive writer's side of pycds._native, for DUMP and pycds.dump.
+
+The archive writer's side of ``pycds._native`` (native/archive/writer):
 what DUMP and :func:`pycds.dump` use, apart from the loader's side
 (pycds._nativeapi) that SHARE imports.  Argument passing and error checks
 as there.
@@ -18,7 +20,9 @@ def layout_id():
 
 
 def version_counter_at():
-    """The offset from the image anchor of CPython 3.12's private code
+    """Return the offset of CPython 3.12's code version counter, or None.
+
+    The offset from the image anchor of CPython 3.12's private code
     version counter (native/archive/pycds_native.h,
     pycds_layout_version_counter_at), for the loader to draw from it
     directly; None where there is none to find (other versions, a stripped
@@ -28,7 +32,9 @@ def version_counter_at():
 
 
 def preallocate(fd, length):
-    """Allocate the first ``length`` bytes of the new file ``fd`` before it
+    """Allocate the first length bytes of new file fd; raise OSError.
+
+    Allocate the first ``length`` bytes of the new file ``fd`` before it
     is written, so that renaming it over an old archive does not flush it
     (native/archive/writer/file.c); the file's size does not change.  Does nothing where
     the file system cannot.  Raises OSError (ENOSPC, EBADF, ...)."""
@@ -43,7 +49,9 @@ def preallocate(fd, length):
 
 
 def frozenset_items(fs):
-    """The items of frozenset ``fs`` in the order unmarshal adds them, as
+    """Return frozenset fs's items in unmarshal order; raise NativeError.
+
+    The items of frozenset ``fs`` in the order unmarshal adds them, as
     a list: the order ``marshal`` writes them in (3.11+: sorted by their
     own marshalled bytes), inferred from their reference counts, so right
     for a frozenset that only a freshly unmarshalled code object holds
@@ -61,7 +69,9 @@ class Chunk:
 
 
 class Writer:
-    """Deep-copies code objects into an archive heap (native/archive/writer/writer.c)."""
+    """Deep-copy code objects into an archive heap.
+
+    The C side: native/archive/writer/writer.c."""
 
     def __init__(self, seed):
         out = ffi.new("pycds_writer **")
@@ -70,7 +80,9 @@ class Writer:
         self._info = ffi.new("pycds_chunk_info *")
 
     def add(self, code, ran=False, orders=None):
-        """Copy ``code`` and all it reaches; return a :class:`Chunk`.  The
+        """Copy code and what it reaches; return a Chunk or raise NativeError.
+
+        Copy ``code`` and all it reaches; return a :class:`Chunk`.  The
         bytecode is copied in the form a fresh unmarshal gives, whether or
         not the code has run.  ``ran``: ``code`` is the code object the
         import executed; a function code object in it (or in its class
@@ -105,7 +117,9 @@ class Writer:
         return ffi.buffer(p[0], 4 * n[0]) if n[0] else b""
 
     def nstrings(self):
-        """How many interned strings the chunks written so far number (their
+        """Return how many interned strings the chunks so far number.
+
+        How many interned strings the chunks written so far number (their
         INTERN slots hold numbers below it)."""
         n = ffi.new("uint32_t *")
         _check(lib.pycds_writer_nstrings(self._w, n), "nstrings")
@@ -113,7 +127,9 @@ class Writer:
 
 
 class Renumbering:
-    """Gives the chunks carried over from another archive (pycds.dump) string
+    """Renumber the strings of chunks carried over from another archive.
+
+    Gives the chunks carried over from another archive (pycds.dump) string
     numbers after ``first`` (those of the archive being written): one number
     per number of the other archive, whose numbers are below ``bound`` (its
     relocation count)."""
@@ -124,7 +140,9 @@ class Renumbering:
         self._next = ffi.new("uint32_t *", first)
 
     def apply(self, chunk, relocs):
-        """Renumber the INTERN slots of ``chunk`` (a bytearray, changed in
+        """Renumber chunk's INTERN slots as relocs say; raise NativeError.
+
+        Renumber the INTERN slots of ``chunk`` (a bytearray, changed in
         place) as its relocation entries ``relocs`` (bytes) say.  Raises
         NativeError (E_CORRUPT) for a slot or number out of range."""
         _check(lib.pycds_strings_renumber(ffi.from_buffer(chunk), len(chunk),

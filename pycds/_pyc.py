@@ -1,4 +1,6 @@
-"""What plain import would do: the ``.pyc`` and source rules DUMP and SHARE
+"""The .pyc and source rules of plain import, as DUMP and SHARE apply them.
+
+What plain import would do: the ``.pyc`` and source rules DUMP and SHARE
 both apply.
 
 ``SourceLoader.get_code`` (importlib/_bootstrap_external.py, 3.10-3.13) runs a
@@ -34,7 +36,9 @@ _stat = os.stat
 
 
 def stat_or_none(path):
-    """``os.stat(path)`` (as bound at import), or None where it fails; what
+    """Return os.stat(path), or None where it fails.
+
+    ``os.stat(path)`` (as bound at import), or None where it fails; what
     the program raised meanwhile (:func:`pycds.errors.program_raised`)
     propagates."""
     try:
@@ -46,7 +50,9 @@ def stat_or_none(path):
 
 
 def cache_path(origin):
-    """The ``.pyc`` path plain import would read for ``origin`` in this
+    """Return the .pyc path plain import would read for origin, or None.
+
+    The ``.pyc`` path plain import would read for ``origin`` in this
     process (``sys.pycache_prefix``, ``-O``), as SHARE is given it by the
     spec; None where there is none."""
     try:
@@ -56,7 +62,9 @@ def cache_path(origin):
 
 
 def file_facts(path):
-    """``(st_mtime_ns, st_size, st_mtime)`` of ``path``
+    """Return (st_mtime_ns, st_size, st_mtime) of path, or None.
+
+    ``(st_mtime_ns, st_size, st_mtime)`` of ``path``
     (:func:`stat_or_none`), or None: what :func:`check` judges a source or
     ``.pyc`` by.  The native hit path (native/archive/loader/find.c) hands
     the same tuples to :func:`check`."""
@@ -70,7 +78,9 @@ def source_hash(data):
 
 
 def read_code_file(path, size=-1):
-    """The first ``size`` bytes (all: -1) of the source or ``.pyc`` at
+    """Return the first size bytes of path as plain import reads them, or None.
+
+    The first ``size`` bytes (all: -1) of the source or ``.pyc`` at
     ``path`` as plain import reads them (FileLoader.get_data, 3.10-3.13):
     through the interpreter's open-code hook, which an embedder may set to
     vet code files (PyFile_SetOpenCodeHook, PEP 578); None if it cannot be
@@ -85,14 +95,18 @@ def read_code_file(path, size=-1):
 
 
 def source_hash_of(path):
-    """The source hash of the file at ``path`` (:func:`read_code_file`), or
+    """Return the source hash of the file at path, or None.
+
+    The source hash of the file at ``path`` (:func:`read_code_file`), or
     None if it cannot be read."""
     data = read_code_file(path)
     return None if data is None else source_hash(data)
 
 
 def pyc_source_checked(checked):
-    """Whether plain import compares the source's hash with a hash-based
+    """Return whether plain import checks a hash-based .pyc's source hash.
+
+    Whether plain import compares the source's hash with a hash-based
     .pyc's, given the .pyc's check_source flag ``checked``: checked pycs
     under ``_imp.check_hash_based_pycs`` "default", every one under
     "always", none under "never"."""
@@ -101,7 +115,9 @@ def pyc_source_checked(checked):
 
 
 def classify_pyc(head, st, src_hash):
-    """What plain import does with the ``.pyc`` whose first 16 bytes are
+    """Return PYC_VALID, PYC_UNCHECKED or PYC_INVALID for a .pyc's header.
+
+    What plain import does with the ``.pyc`` whose first 16 bytes are
     ``head`` (None: no .pyc, or unreadable) for the source of stat ``st``
     and hash ``src_hash`` (:func:`source_hash`; None where not known), as
     ``_classify_pyc``, ``_validate_timestamp_pyc`` and
@@ -130,7 +146,9 @@ def _classify(head, mtime, size, src_hash):
 
 
 def pyc_facts(cached):
-    """``(kind, os.stat_result or None, first 16 bytes)`` of the .pyc at
+    """Return (kind, stat or None, first 16 bytes) of the .pyc at cached.
+
+    ``(kind, os.stat_result or None, first 16 bytes)`` of the .pyc at
     ``cached`` (the spec's), as a DUMP run records them: kind is one of
     :data:`PYC_NONE`, :data:`PYC_TIMESTAMP`, :data:`PYC_CHECKED_HASH`,
     :data:`PYC_UNCHECKED_HASH`."""
@@ -153,13 +171,17 @@ def pyc_facts(cached):
 
 
 def stale(entry, mode, cached=None):
-    """Why plain import would not run ``entry``'s archived code now, or None
+    """Return why plain import would not run entry's archived code, or None.
+
+    Why plain import would not run ``entry``'s archived code now, or None
     (:func:`check`; ``python -m pycds verify``)."""
     return check(entry, mode, cached)[0]
 
 
 def check(entry, mode, cached=None, facts=None):
-    """``(reason, st)``: why plain import would not run the archived code of
+    """Return (reason or None, source facts) for entry's archived code.
+
+    ``(reason, st)``: why plain import would not run the archived code of
     ``entry`` (a :class:`pycds._archive.ModuleEntry`) now, None where it
     would, and the source's :func:`file_facts` (None where not taken).
     ``mode``: the PYCDSCHECK value (``"mtime"``, ``"hash"``,
@@ -257,7 +279,9 @@ def _check_timestamp_pyc(entry, st, pst, mode, cached):
 
 
 def _as_dumped(pst, entry):
-    """Whether ``pst`` (a ``.pyc``'s :func:`file_facts`, or None) is that of
+    """Return whether pst is that of the .pyc the dump left for entry.
+
+    Whether ``pst`` (a ``.pyc``'s :func:`file_facts`, or None) is that of
     the ``.pyc`` the dump run left for ``entry``."""
     return (pst is not None and pst[0] == entry.pyc_mtime_ns
             and pst[1] == entry.pyc_size)

@@ -63,7 +63,9 @@ def _stamp(path):
 
 
 class Recorder:
-    """The searches of one DUMP run's modules (each directory listed once,
+    """Record the searches of one DUMP run's modules.
+
+    The searches of one DUMP run's modules (each directory listed once,
     freshly: the process's FileFinder caches may predate the last change)."""
 
     def __init__(self):
@@ -88,7 +90,9 @@ class Recorder:
         return got
 
     def record(self, name, spec):
-        """The search plain import makes for ``name`` now, if it ends at
+        """Return the search plain import makes for name now, or None.
+
+        The search plain import makes for ``name`` now, if it ends at
         ``spec.origin`` with the stock ``SourceFileLoader``: ``(steps,
         pkg_dir, pkg_stamp)``; ``steps`` holds ``(path entry, directory,
         stamp)`` for each entry examined (directory None where the entry has
@@ -164,7 +168,9 @@ class Recorder:
 
 
 def own_search_methods(finder):
-    """Whether FileFinder ``finder`` has a search method of its own in its
+    """Return whether FileFinder finder has a search method of its own.
+
+    Whether FileFinder ``finder`` has a search method of its own in its
     dict (a program's wrapper), which PathFinder calls: then its search is
     not replayed."""
     d = finder.__dict__
@@ -172,7 +178,9 @@ def own_search_methods(finder):
 
 
 def find_spec(fullname, path, target, origin, search, stamps=None):
-    """``PathFinder.find_spec(fullname, path, target)``, answered from
+    """Answer PathFinder.find_spec from a recorded search; raise as it does.
+
+    ``PathFinder.find_spec(fullname, path, target)``, answered from
     ``search`` (what :meth:`Recorder.record` returned at DUMP for the module
     archived from ``origin``) for the directories whose stamp holds.
     ``stamps``: the stamps of the steps' directories (None where a step has

@@ -1,4 +1,6 @@
-"""AUTO: share what the archive still serves; at exit, write into it what
+"""AUTO: share what the archive serves; at exit, write in what it lacked.
+
+AUTO: share what the archive still serves; at exit, write into it what
 it did not.
 
 The behaviour of the JDK's ``-XX:+AutoCreateSharedArchive`` (JDK 19, JEP
@@ -56,7 +58,9 @@ ADD_BACKOFF_MAX_S = 3600.0
 
 
 def add_backoff_s(adds):
-    """Seconds the archive must have stood before a rewrite that only adds
+    """Return the seconds an archive must stand before an adds-only rewrite.
+
+    Seconds the archive must have stood before a rewrite that only adds
     modules, after ``adds`` such rewrites in a row: 0 up to
     :data:`FREE_ADDS`, then 1, 2, 4, ... up to :data:`ADD_BACKOFF_MAX_S`."""
     if adds < FREE_ADDS:
@@ -105,7 +109,9 @@ class _Run:
         return self.tree_root == os.getpid()
 
     def write(self):
-        """Write what the archive lacks, if a write is due (at exit, or
+        """Write what the archive lacks, if a write is due; never raise.
+
+        Write what the archive lacks, if a write is due (at exit, or
         once imports have settled: pycds.dump.settle).  Never raises; a
         failure is one warning from the process tree's first process (the
         others say it at PYCDSVERBOSE=1)."""
@@ -130,7 +136,9 @@ class _Run:
         return self.installed is None or self.installed.archive.disabled
 
     def todo(self):
-        """``(triples, stale)``: the ``(name, module, spec)`` of the
+        """Return (triples, stale): the modules the archive did not fit.
+
+        ``(triples, stale)``: the ``(name, module, spec)`` of the
         archivable modules of this run the archive did not fit (specs read
         as pycds.dump.dumper.collect reads them), and whether any is stale."""
         from .dump import dumper as _dumper
@@ -149,7 +157,9 @@ class _Run:
         return out, stale or fresh
 
     def unfit(self):
-        """Whether the run imported a ``.py`` module the archive lacked or
+        """Return whether the run imported a module the archive did not fit.
+
+        Whether the run imported a ``.py`` module the archive lacked or
         held stale: a cheap look before :meth:`todo` (which imports the
         writer's modules) in the usual case, where nothing is."""
         if self.no_archive():
@@ -216,7 +226,9 @@ class _Run:
 
 
 def _refresh(path, todo, replaces, check, bump=True, damaged=False):
-    """What to write into the archive now at ``path`` (pycds.dump.dumper's
+    """Return what to write into the archive at path now, or None.
+
+    What to write into the archive now at ``path`` (pycds.dump.dumper's
     ``refresh``, under the directory lock): the ``(name, module)`` pairs of
     the modules of ``todo`` (:meth:`_Run.todo`) it still lacks or holds
     stale (all of them when this run found it ``damaged``), and the
@@ -254,7 +266,9 @@ def _refresh(path, todo, replaces, check, bump=True, damaged=False):
 
 
 def _unwritable(path):
-    """Why the archive at ``path`` cannot be written here ("" if it can):
+    """Return why the archive at path cannot be written here, or "".
+
+    Why the archive at ``path`` cannot be written here ("" if it can):
     checked before copying anything, so that a read-only deployment costs
     nothing at exit."""
     d = os.path.dirname(os.path.abspath(path))
@@ -271,7 +285,9 @@ def _unwritable(path):
 
 
 def install(cfg, preloaded=None, **where):
-    """AUTO's start-up, or its program's first import (pycds._Opener): the
+    """Start AUTO: return the finder (or None) and set the exit handler.
+
+    AUTO's start-up, or its program's first import (pycds._Opener): the
     finder over what the archive serves (None when there is no usable
     archive), and the exit handler that writes what it lacked.  With no
     usable archive the run records as DUMP does (the code its imports ran,

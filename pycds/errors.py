@@ -1,4 +1,6 @@
-"""Exceptions raised by pycds, the native module's status codes, and the
+"""pycds's exceptions, native status codes and failure policy.
+
+Exceptions raised by pycds, the native module's status codes, and the
 failure policy: what a failure met in pycds's work means.
 
 All exceptions derive from :class:`ImportError`, as
@@ -20,20 +22,23 @@ class PycdsError(ImportError):
 
 
 class ArchiveFormatError(PycdsError):
-    """The file is not a usable pycds archive (bad magic, truncated, checksum
-    mismatch, refused for its owner or mode); the message is a one-line
-    reason, turned into a warning."""
+    """The file is not a usable pycds archive.
+
+    Bad magic, truncated, checksum mismatch, refused for its owner or mode;
+    the message is a one-line reason, turned into a warning."""
 
 
 class ForeignArchiveError(ArchiveFormatError):
-    """A sound archive made for another interpreter: another Python version
-    or build, another ``-O`` or ``-X no_debug_ranges``, another pycds
-    archive format."""
+    """A sound archive made for another interpreter.
+
+    Another Python version or build, another ``-O`` or
+    ``-X no_debug_ranges``, another pycds archive format."""
 
 
 class NativeError(PycdsError):
-    """The native module returned an error status; ``code`` is one of the
-    ``E_*`` values below."""
+    """The native module returned an error status.
+
+    ``code`` is one of the ``E_*`` values below."""
 
     def __init__(self, message, code=0, **kwargs):
         super().__init__(message, **kwargs)
@@ -76,7 +81,9 @@ _FALLBACK_CODES = frozenset((E_STATE, E_NOMEM, E_PYTHON))
 
 
 def program_raised(e):
-    """Whether ``e``, caught around pycds's own work in an import (an index
+    """Return whether e, caught in pycds's work, is the program's own.
+
+    Whether ``e``, caught around pycds's own work in an import (an index
     lookup, a ``stat``, a read, a native load or release), is the program's
     (PROPAGATE) rather than a fault of the archive or of pycds.
 
@@ -105,7 +112,9 @@ def program_raised(e):
 
 
 def load_failure(e):
-    """FALLBACK or DISABLE: what a native load of one module failing with
+    """Return FALLBACK or DISABLE: what a native load failing with e means.
+
+    FALLBACK or DISABLE: what a native load of one module failing with
     ``e`` (not the program's: :func:`program_raised`) means.  FALLBACK for
     a status of this process or module (E_STATE, E_NOMEM, E_PYTHON);
     DISABLE for the file's (E_CORRUPT, E_IO, E_ARG: damaged or replaced) and
@@ -116,7 +125,9 @@ def load_failure(e):
 
 
 def native_refused_here(e):
-    """Whether ``e``, raised by loading the native module, is this
+    """Return whether e is this interpreter refusing the native module.
+
+    Whether ``e``, raised by loading the native module, is this
     interpreter refusing it as it should: a subinterpreter (3.12+ refuses
     single-phase modules such as cffi's there), whose imports are plain
     ones (no fault, no warning)."""

@@ -30,7 +30,9 @@ _MAIN_NAMES = ("__main__", "__mp_main__")
 
 
 def module_names():
-    """Names of the modules imported so far that an import of that name
+    """Return the names of imported modules an import would find again.
+
+    Names of the modules imported so far that an import of that name
     finds again, the main module excluded: a module whose spec has that
     name (``pycds.dump.dumper._spec_of``).  Not what extension modules put in
     sys.modules themselves (Cython's spec-less ``cython_runtime`` and
@@ -55,7 +57,9 @@ def _session_names(path, session):
 
 
 def write_list(path, names, session):
-    """Write ``names`` to ``path``, one a line, via a temporary file, after
+    """Write names to path after those of the session's earlier processes.
+
+    Write ``names`` to ``path``, one a line, via a temporary file, after
     the names an earlier process of ``session`` wrote there."""
     from ._files import check_replaceable
     from ._files import directory_lock
@@ -83,8 +87,9 @@ def write_list(path, names, session):
 
 
 def trace_at_exit(config):
-    """atexit handler of TRACE mode; never raises; nothing in a
-    subinterpreter."""
+    """TRACE mode's atexit handler; never raises.
+
+    Does nothing in a subinterpreter."""
     from ._config import is_main_interpreter
     if not is_main_interpreter():
         return

@@ -159,21 +159,27 @@ def _round_bits(u, rounding):
 
 
 def _is_bfloat16(dt):
-    """Whether numpy dtype `dt` is ``ml_dtypes.bfloat16`` (by name: ml_dtypes
+    """Return whether numpy dtype dt is ml_dtypes.bfloat16.
+
+    Whether numpy dtype `dt` is ``ml_dtypes.bfloat16`` (by name: ml_dtypes
     is not imported for this).  The kind test first: ``dtype.name`` costs
     about a microsecond, a good part of a small GEMM's Python time."""
     return dt.kind == "V" and dt.name == "bfloat16"
 
 
 def _real_dtype(dt):
-    """Whether numpy dtype `dt` holds real numbers: floating, integer (uint16
+    """Return whether numpy dtype dt holds real numbers.
+
+    Whether numpy dtype `dt` holds real numbers: floating, integer (uint16
     included: BF16 bits where the caller takes them so) or
     ``ml_dtypes.bfloat16``; not complex, bool, strings, datetimes, objects."""
     return dt.kind in "fiu" or _is_bfloat16(dt)
 
 
 def bf16_bits(x, name):
-    """`x` as BF16 bit patterns: a uint16 array as is, an ``ml_dtypes.bfloat16``
+    """Return x as uint16 BF16 bits; raise ValueError for other dtypes.
+
+    `x` as BF16 bit patterns: a uint16 array as is, an ``ml_dtypes.bfloat16``
     array viewed as uint16 (no copy).  Raises ValueError naming `name` for
     any other dtype (floats are not rounded here; see :func:`to_bf16`)."""
     x = np.asarray(x)

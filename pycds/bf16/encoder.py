@@ -147,7 +147,9 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path):
-        """Read ``config.json``; ValueError if it is not a BERT this module runs
+        """Read config.json; raise ValueError if this module cannot run it.
+
+        Read ``config.json``; ValueError if it is not a BERT this module runs
         (``hidden_act`` other than ``"gelu"``, relative position embeddings)."""
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)

@@ -1,4 +1,4 @@
-"""CNN inference operators on numpy: BF16 convolution and linear, fp32 elsewhere.
+"""NumPy CNN inference operators: BF16 convolution and linear, fp32 elsewhere.
 
 Exports
 -------
@@ -92,7 +92,7 @@ def as_bf16(a):
 
 
 def as_float32(a):
-    """Return `a` as float32; BF16 (uint16 bits or ml_dtypes) is widened exactly.
+    """Return `a` as float32, widening BF16 (uint16 or ml_dtypes) exactly.
 
     Parameters
     ----------
@@ -191,7 +191,7 @@ class PackedConv:
 
 
 def pack_conv_weight(w, groups=1):
-    """Round a convolution weight to BF16, reorder it for NHWC im2col and pack it.
+    """Round a conv weight to BF16, reorder it for NHWC im2col and pack it.
 
     Parameters
     ----------
@@ -441,7 +441,7 @@ def pack_linear_weight(w):
 
 
 def linear(x, w, bias=None):
-    """Fully connected layer ``x @ w.T + bias`` with BF16 inputs, fp32 accumulation.
+    """Return ``x @ w.T + bias``: BF16 inputs, fp32 accumulation.
 
     Parameters
     ----------
@@ -597,7 +597,9 @@ def _offset_slices(xp, i, j, S, D, O, layout):
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, layout="NCHW"):
-    """2-D max pooling (``torch.nn.functional.max_pool2d``, ``ceil_mode=False``).
+    """2-D max pooling, as ``torch.nn.functional.max_pool2d``.
+
+    With ``ceil_mode=False``.
 
     Parameters
     ----------
@@ -651,7 +653,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, layout="NCHW"
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True, layout="NCHW"):
-    """2-D average pooling (``torch.nn.functional.avg_pool2d``, ``ceil_mode=False``).
+    """2-D average pooling, as ``torch.nn.functional.avg_pool2d``.
+
+    With ``ceil_mode=False``.
 
     Parameters
     ----------

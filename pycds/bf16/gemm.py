@@ -1,4 +1,4 @@
-"""BF16 x BF16 -> FP32 matrix multiply (``sbgemm``) with runtime kernel dispatch.
+"""BF16 x BF16 -> FP32 matrix multiply (``sbgemm``), kernel picked at run time.
 
 Exports
 -------
@@ -324,7 +324,7 @@ def _check_args(a, b, c, trans_a, trans_b, f32_a=False):
 
 
 def sbgemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
-    """BF16 matrix multiply with fp32 accumulation: C = alpha*op(A)@op(B) + beta*C.
+    """Return C = alpha*op(A)@op(B) + beta*C: BF16 inputs, fp32 accumulation.
 
     Follows the OpenBLAS ``cblas_sbgemm`` interface (row-major): inputs are
     BF16, accumulation and output are fp32.
@@ -596,7 +596,9 @@ def _base_view(x):
 
 
 def _native_operands(op_a, b, trans_a, trans_b):
-    """A and B as the native kernels take them: ``(a_st, a_rs, a_cs, bp)``
+    """Return (a_st, a_rs, a_cs, bp): A and B as the native kernels take them.
+
+    A and B as the native kernels take them: ``(a_st, a_rs, a_cs, bp)``
     with op(A)[i, kk] = a_st[i*a_rs + kk*a_cs] (`a_st` C-contiguous: the
     stored A, transposed back when `trans_a`) and `bp` a PackedB for the
     active kernel (packed now if `b` is not, or was packed for another)."""
@@ -645,7 +647,7 @@ def _fallback(op_a, b, out, m, n, k, alpha, beta, trans_b):
 
 
 def layer_norm_rows(x, gamma, beta, eps, bias=None, out=None, out_bf16=None):
-    """LayerNorm of each row of fp32 `x` after adding `bias`, in one native pass.
+    """LayerNorm each row of fp32 `x` plus `bias`, in one native pass.
 
     ``y = (v - mean(v)) / sqrt(var(v) + eps) * gamma + beta`` with
     ``v = x + bias`` and the biased variance, per row, as

@@ -1,4 +1,4 @@
-"""CNN layers as plain classes: PyTorch parameter names, ``__call__`` is the forward.
+"""CNN layers as plain classes: PyTorch names, ``__call__`` is the forward.
 
 Exports
 -------
@@ -153,7 +153,10 @@ class Conv2d:
         self._packed = F.pack_conv_weight(self._weight, self.groups)
 
     def __call__(self, x, residual=None):
-        """x : (N, C, H, W) or (N, H, W, C) float32 -> (N, K, OH, OW) or (N, OH, OW, K) float32.
+        """Convolve x; return the float32 output in the layer's layout.
+
+        x : (N, C, H, W) or (N, H, W, C) float32
+        -> (N, K, OH, OW) or (N, OH, OW, K) float32.
 
         `residual` (optional, the output's shape) is added and overwritten
         with the result; see :func:`pycds.bf16.functional.conv2d`.
@@ -162,7 +165,9 @@ class Conv2d:
                         self.groups, self.layout, residual)
 
     def bf16(self, x, residual=None, relu=False, workspace=None):
-        """x : (N, H, W, C) BF16 (uint16 bits) -> (N, OH, OW, K) BF16, NHWC whatever
+        """Convolve BF16 NHWC x, bias, residual and ReLU fused; return BF16.
+
+        x : (N, H, W, C) BF16 (uint16 bits) -> (N, OH, OW, K) BF16, NHWC whatever
         ``layout`` says; bias, `residual` (BF16, overwritten with the result) and ReLU
         fused into the GEMM; `workspace`: im2col scratch.  See
         :func:`pycds.bf16.functional.conv2d_bf16`."""
@@ -291,7 +296,9 @@ class BatchNorm2d:
 
 
 class MaxPool2d:
-    """Max pooling (``torch.nn.MaxPool2d``, ``ceil_mode=False``); see ``functional.max_pool2d``."""
+    """Max pooling (``torch.nn.MaxPool2d``, ``ceil_mode=False``).
+
+    See ``functional.max_pool2d``."""
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, layout="NCHW"):
         F._check_layout(layout)
@@ -299,7 +306,10 @@ class MaxPool2d:
         self.layout = layout
 
     def __call__(self, x):
-        """x : (N, C, H, W) or (N, H, W, C) float32 -> (N, C, OH, OW) or (N, OH, OW, C)."""
+        """Max-pool x; return the result in the layer's layout.
+
+        x : (N, C, H, W) or (N, H, W, C) float32
+        -> (N, C, OH, OW) or (N, OH, OW, C)."""
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.layout)
 
     def __repr__(self):
@@ -308,7 +318,9 @@ class MaxPool2d:
 
 
 class AvgPool2d:
-    """Average pooling (``torch.nn.AvgPool2d``, ``ceil_mode=False``); see ``functional.avg_pool2d``."""
+    """Average pooling (``torch.nn.AvgPool2d``, ``ceil_mode=False``).
+
+    See ``functional.avg_pool2d``."""
 
     def __init__(self, kernel_size, stride=None, padding=0, count_include_pad=True, layout="NCHW"):
         F._check_layout(layout)
@@ -316,7 +328,10 @@ class AvgPool2d:
         self.count_include_pad, self.layout = count_include_pad, layout
 
     def __call__(self, x):
-        """x : (N, C, H, W) or (N, H, W, C) float32 -> (N, C, OH, OW) or (N, OH, OW, C)."""
+        """Average-pool x; return the result in the layer's layout.
+
+        x : (N, C, H, W) or (N, H, W, C) float32
+        -> (N, C, OH, OW) or (N, OH, OW, C)."""
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.count_include_pad,
                             self.layout)
 
@@ -326,14 +341,19 @@ class AvgPool2d:
 
 
 class AdaptiveAvgPool2d:
-    """Adaptive average pooling to ``output_size`` (``torch.nn.AdaptiveAvgPool2d``)."""
+    """Adaptive average pooling to ``output_size``.
+
+    As ``torch.nn.AdaptiveAvgPool2d``."""
 
     def __init__(self, output_size, layout="NCHW"):
         F._check_layout(layout)
         self.output_size, self.layout = output_size, layout
 
     def __call__(self, x):
-        """x : (N, C, H, W) or (N, H, W, C) float32 -> (N, C, OH, OW) or (N, OH, OW, C)."""
+        """Adaptive-average-pool x; return the result in the layer's layout.
+
+        x : (N, C, H, W) or (N, H, W, C) float32
+        -> (N, C, OH, OW) or (N, OH, OW, C)."""
         return F.adaptive_avg_pool2d(x, self.output_size, self.layout)
 
     def __repr__(self):
@@ -341,7 +361,9 @@ class AdaptiveAvgPool2d:
 
 
 class ReLU:
-    """``max(x, 0)``; ``inplace=True`` overwrites the input (torchvision's models do)."""
+    """ReLU, ``max(x, 0)``.
+
+    ``inplace=True`` overwrites the input (torchvision's models do)."""
 
     def __init__(self, inplace=False):
         self.inplace = inplace
@@ -355,7 +377,7 @@ class ReLU:
 
 
 class Flatten:
-    """Flatten from `start_dim` (``torch.nn.Flatten``), always in NCHW element order.
+    """Flatten from `start_dim` in NCHW element order (``torch.nn.Flatten``).
 
     With ``layout="NHWC"`` a 4-D input ``(N, H, W, C)`` is first viewed as
     ``(N, C, H, W)``, so the features come out channel-major exactly as
@@ -377,7 +399,9 @@ class Flatten:
 
 
 class Dropout:
-    """Identity at inference (``torch.nn.Dropout`` in eval mode); keeps PyTorch's indices."""
+    """Identity at inference (``torch.nn.Dropout`` in eval mode).
+
+    Keeps PyTorch's indices."""
 
     def __init__(self, p=0.5):
         self.p = p
@@ -390,7 +414,9 @@ class Dropout:
 
 
 class Sequential:
-    """Apply layers in order (``torch.nn.Sequential``); index ``i`` names ``"{i}.weight"``.
+    """Apply layers in order (``torch.nn.Sequential``).
+
+    Index ``i`` names ``"{i}.weight"``.
 
     Parameters
     ----------

@@ -235,7 +235,9 @@ class _StateDictModel:
 
     @classmethod
     def from_file(cls, path):
-        """Load from ``.npz`` / ``.safetensors`` (see :func:`load_state_dict`)."""
+        """Return a model loaded from ``.npz`` / ``.safetensors``.
+
+        See :func:`load_state_dict`."""
         return cls(load_state_dict(path))
 
 
@@ -425,7 +427,9 @@ def _cols_elems(conv, x_shape):
 
 
 class _Workspace(threading.local):
-    """Per-thread im2col scratch of a model (uint16), grown on demand and
+    """Per-thread im2col scratch of a model, reused by every layer.
+
+    Per-thread im2col scratch of a model (uint16), grown on demand and
     reused by every layer of every call: a fresh array per layer would pay
     its page faults each time (two thirds of im2col's time here)."""
 
@@ -570,7 +574,9 @@ class LeNetDigits(_StateDictModel):
         return self.fc2(x)  # (N, 10)
 
     def predict(self, x):
-        """Class indices: ``argmax`` of the logits, ndarray of int64, shape (N,)."""
+        """Return the class indices: ``argmax`` of the logits.
+
+        ndarray of int64, shape (N,)."""
         return self(x).argmax(axis=1)
 
 

@@ -1,2 +1,1 @@
-"""The command line, ``python -m pycds`` (main), with its ``bench`` and
-``cache`` commands."""
+"""The command line, ``python -m pycds``: main, ``bench`` and ``cache``."""

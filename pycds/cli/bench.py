@@ -1,5 +1,4 @@
-"""``python -m pycds bench [options] -- COMMAND [ARG ...]``: what SHARE
-does for your program.
+"""``python -m pycds bench [options] -- COMMAND [ARG ...]``: what SHARE does.
 
 Runs the command line as given (no shell; ``sh -c '...'`` for shell
 syntax), in the current directory with stdin from /dev/null: once plain to
@@ -41,7 +40,9 @@ __all__ = ["run", "median", "ratio", "interleave", "add_parser", "cmd"]
 # ---- measuring, shared with benchmarks/bench.py ------------------------------
 
 def run(argv, env, executable=None):
-    """Run ``argv`` (``executable``, default ``argv[0]``, is the file
+    """Run argv; return (wall, cpu, stdout, stderr, status); raise OSError.
+
+    Run ``argv`` (``executable``, default ``argv[0]``, is the file
     started) with stdin from /dev/null; return (wall seconds, cpu seconds,
     stdout, stderr, exit status).  CPU time is user+sys of the child from
     wait4 (less sensitive than wall time to other processes on a shared
@@ -68,7 +69,9 @@ def run(argv, env, executable=None):
 
 
 def _read_all(r, r2):
-    """Read the pipes ``r`` and ``r2`` to their ends (both at once, so that
+    """Read pipes r and r2 to their ends and close them; return both texts.
+
+    Read the pipes ``r`` and ``r2`` to their ends (both at once, so that
     a child filling one is never blocked), close them; return both texts."""
     import selectors
     sel = selectors.DefaultSelector()
@@ -97,14 +100,18 @@ def median(xs):
 
 
 def ratio(a, b):
-    """Median of the per-rep ratios a[i]/b[i] (pairs with b[i] == 0 left
+    """Return the median of the per-rep ratios a[i]/b[i].
+
+    Median of the per-rep ratios a[i]/b[i] (pairs with b[i] == 0 left
     out): each rep's variants ran side by side, so each pair saw the same
     machine."""
     return median([x / y for x, y in zip(a, b) if y])
 
 
 def interleave(variants, reps, run_one, warmup=1, progress=None):
-    """Run each of ``variants`` (objects with a ``name``) ``warmup`` times
+    """Run variants interleaved, after warm-ups; return their results.
+
+    Run each of ``variants`` (objects with a ``name``) ``warmup`` times
     (results dropped: page cache, .pyc files, archives), then ``reps``
     times, rotating the order each rep.  ``run_one(v)`` runs ``v`` once and
     returns its result; ``progress(rep, v)``, if given, is called before
@@ -403,7 +410,9 @@ def _differences(plain, share):
 
 
 def _refusal(path):
-    """Why SHARE would not use the archive at ``path`` (damaged, not an
+    """Return why SHARE would not use the archive at path, or None.
+
+    Why SHARE would not use the archive at ``path`` (damaged, not an
     archive, refused for its owner or place), or None; an archive of
     another interpreter is the command's to judge."""
     from .._archive import Index
@@ -418,7 +427,9 @@ def _refusal(path):
 
 
 def _archive_facts(path):
-    """(modules, bytes) of the archive at ``path``; None for what cannot
+    """Return (modules, bytes) of the archive at path, or None.
+
+    (modules, bytes) of the archive at ``path``; None for what cannot
     be read (an archive of another CPython version has its module count)."""
     from .._archive import Index
     from ..errors import ArchiveFormatError

@@ -28,14 +28,18 @@ _SUFFIX = ".img"
 
 
 def counted(n, noun, plural=None):
-    """``n`` and ``noun``, in the plural (``plural``, default ``noun`` + "s")
+    """Return "n noun", noun in the plural unless n is 1.
+
+    ``n`` and ``noun``, in the plural (``plural``, default ``noun`` + "s")
     unless ``n`` is 1: "1 archive", "0 archives" (for every count the
     command line prints: pycds.__main__, pycds.cli.bench)."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def archives(cache=None, others=None):
-    """The archive paths in the cache directory ``cache`` (default:
+    """Return the sorted archive paths in cache directory cache.
+
+    The archive paths in the cache directory ``cache`` (default:
     pycds._config.cache_dir()), sorted; [] when there is none.  The other
     ``*.img`` names there (not pycds archives: a user's file, a symbolic
     link, a directory) are appended to ``others`` if given."""
@@ -58,7 +62,9 @@ def archives(cache=None, others=None):
 
 
 def describe(path):
-    """A dict of what ``cache list`` prints for the archive at ``path``:
+    """Return a dict of what ``cache list`` prints for the archive at path.
+
+    A dict of what ``cache list`` prints for the archive at ``path``:
     ``bytes``, ``age_s`` (since it was written), ``modules``, ``stale``
     (modules changed since the dump; None when the archive is another
     interpreter's), ``python`` and ``program`` (its command line), or
@@ -177,7 +183,9 @@ def cmd_path(args):
 
 
 def _why_no_path(r):
-    """Why the command's Python printed no archive path (``r``: its run),
+    """Return why the command's Python printed no archive path, in words.
+
+    Why the command's Python printed no archive path (``r``: its run),
     in words: no pycds there, not a Python, no cache directory."""
     last = (r.stderr.strip().splitlines() or [""])[-1]
     if r.returncode == 0:
@@ -191,7 +199,9 @@ def _why_no_path(r):
 
 
 def _optimize_options(command):
-    """``["-O"]``, ``["-OO"]`` or ``[]``: the optimization level the python
+    """Return the -O options the python command line command asks for.
+
+    ``["-O"]``, ``["-OO"]`` or ``[]``: the optimization level the python
     command line ``command`` asks for before its program (the default
     archive's key holds it: pycds._config.default_archive_path)."""
     n = 0

@@ -138,7 +138,9 @@ def cmd_dump(args):
 
 
 def _os_error(e):
-    """``e`` as one line for a user: ``path: No such file or directory``
+    """Return OSError e as one line for a user.
+
+    ``e`` as one line for a user: ``path: No such file or directory``
     rather than ``[Errno 2] No such file or directory: 'path'``."""
     if isinstance(e, OSError) and e.strerror:
         return f"{e.filename}: {e.strerror}" if e.filename is not None else e.strerror
@@ -150,7 +152,9 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _native_missing(e):
-    """What to do when the native module cannot be loaded (``e``, from
+    """Return what to do when the native module cannot be loaded.
+
+    What to do when the native module cannot be loaded (``e``, from
     pycds._nativeapi), in words that name no module."""
     here = _PACKAGE_DIR
     if e.__cause__ is not None and os.path.exists(
@@ -177,7 +181,9 @@ interpreter, see "cache"):
 
 
 def _docs():
-    """Where the README and docs/env-vars.md are: the source tree pycds runs
+    """Return where the README and docs/env-vars.md are, or a description.
+
+    Where the README and docs/env-vars.md are: the source tree pycds runs
     from, or the local one pip installed it from (PEP 610's
     direct_url.json), while it still has them; else a description."""
     names = ("README.md", os.path.join("docs", "env-vars.md"))
@@ -201,7 +207,9 @@ def _docs():
 
 
 class _Parser(argparse.ArgumentParser):
-    """The top-level parser: its epilog (modes, docs) is made when the
+    """The top-level parser, whose epilog is made when help is printed.
+
+    The top-level parser: its epilog (modes, docs) is made when the
     help is printed, not at every command."""
 
     def format_help(self):
@@ -301,7 +309,9 @@ def main(argv=None):
 
 
 def run():
-    """``python -m pycds``: :func:`main` with sys.argv, its status as the exit status."""
+    """Run :func:`main` with sys.argv and exit with its status.
+
+    This is ``python -m pycds``."""
     try:
         status = main()
         # A pipe's stdout is block-buffered: its first write is often this

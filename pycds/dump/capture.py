@@ -91,7 +91,9 @@ def stat_key(st):
 
 
 def install():
-    """Start capturing (DUMP start-up).  False if the hook could not be
+    """Start capturing; return False if the audit hook could not be added.
+
+    Start capturing (DUMP start-up).  False if the hook could not be
     added (another audit hook refused it)."""
     global _on, _hooked, _preloaded
     if _preloaded is None:
@@ -117,7 +119,9 @@ def active():
 
 
 def preloaded(name, module):
-    """Whether ``module`` was ``sys.modules[name]`` already when capturing
+    """Return whether module was sys.modules[name] when capture began.
+
+    Whether ``module`` was ``sys.modules[name]`` already when capturing
     first started.  Under DUMP that is start-up, before ``pycds.pth`` ran
     (``encodings``, modules of earlier ``.pth`` files): a SHARE run imports
     them before its finder is installed, so the archive never serves them."""
@@ -133,7 +137,9 @@ def stop():
 
 
 def ran(name, module, origin, st):
-    """``(code, when_ns)``: the module code executed from ``origin``, once,
+    """Return (code, when_ns) of module's captured execution, or None.
+
+    ``(code, when_ns)``: the module code executed from ``origin``, once,
     if ``module`` (``sys.modules[name]``) was imported after capturing
     started (so its own execution is the one captured) and the source's
     stat ``st`` (now) is the one it had when the code ran (``when_ns``:

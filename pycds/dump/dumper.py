@@ -1,4 +1,6 @@
-"""DUMP: collect the code objects of the modules a program imported and write
+"""DUMP: write the code of the modules a program imported to an archive.
+
+DUMP: collect the code objects of the modules a program imported and write
 them to an archive.
 
 What is archived: every module in ``sys.modules`` whose spec names it and
@@ -69,7 +71,9 @@ def spec_of(name, module):
 
 
 def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
-    """The module code the import of ``module`` ran (pycds.dump.capture), if it
+    """Return the code module's import ran, if plain import would run it now.
+
+    The module code the import of ``module`` ran (pycds.dump.capture), if it
     is the code plain import would run now; else None.  ``st`` and
     ``src_hash``: the source's stat and hash (pycds._pyc.source_hash) now; ``pyc_st`` and ``pyc_head``: the stat
     and first 16 bytes of its .pyc (None, b"" without one)."""
@@ -88,7 +92,9 @@ def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
 
 
 def collect(pairs):
-    """Yield ``(name, module, spec)`` for the archivable modules among
+    """Yield (name, module, spec) for the archivable modules among pairs.
+
+    Yield ``(name, module, spec)`` for the archivable modules among
     ``pairs`` (from :func:`snapshot`: str names)."""
     seen = set()
     for name, module in pairs:
@@ -106,7 +112,9 @@ def collect(pairs):
 
 def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
                  refresh=None, roots=None):
-    """Archive the modules among ``pairs`` into ``path``; with
+    """Archive the modules among pairs into path; return the counts.
+
+    Archive the modules among ``pairs`` into ``path``; with
     ``skip_preloaded``, not those imported before capturing started
     (pycds.dump.capture.preloaded).
 
@@ -158,7 +166,9 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
 
 
 def _copy(pairs, verbose, skip_preloaded, roots, N):
-    """``(writer, entries, skipped, meta)``: the archivable modules among
+    """Return (writer, entries, skipped, meta) for the modules among pairs.
+
+    ``(writer, entries, skipped, meta)``: the archivable modules among
     ``pairs`` copied into a new native writer, and the archive's meta."""
     # A function object in a reference cycle keeps its code object until the
     # collector runs; what the writer predicts dead (a code object only its
@@ -187,7 +197,9 @@ _PROVISIONAL_ID = 1
 
 
 def _write(path, copied, session, carry, N):
-    """Write ``copied`` (from :func:`_copy`) to ``path``, with the modules
+    """Write copied to path, with old modules it lacks; return the count.
+
+    Write ``copied`` (from :func:`_copy`) to ``path``, with the modules
     of the archive there that it lacks when ``carry`` is true (``True``:
     whatever session wrote them; a session id: only that session's).
     Returns the number of modules written.  Call with the directory lock
@@ -221,7 +233,9 @@ def _write(path, copied, session, carry, N):
 
 
 def _content_id(entries, heap, relocs, meta, N):
-    """The archive's id: XXH64 of everything its checksums cover but the
+    """Return the archive's id, an XXH64 of its content.
+
+    The archive's id: XXH64 of everything its checksums cover but the
     checksums themselves, so that the same content gets the same id
     (reproducible bytes) and two archives that differ anywhere do not."""
     facts = repr((sorted(meta.items()),
@@ -231,7 +245,9 @@ def _content_id(entries, heap, relocs, meta, N):
 
 
 def _sign(entries, heap, relocs, archive_id, N):
-    """Set each entry's ``chunk_sum`` for ``archive_id`` (the chain the
+    """Set each entry's chunk_sum for archive_id.
+
+    Set each entry's ``chunk_sum`` for ``archive_id`` (the chain the
     native loader checks: its chunk, then its relocation entries)."""
     heap, relocs = memoryview(heap), memoryview(relocs).cast("B")
     for e in entries:
@@ -241,7 +257,9 @@ def _sign(entries, heap, relocs, archive_id, N):
 
 
 def _add_modules(writer, pairs, verbose, skip_preloaded, roots):
-    """Copy the code of the archivable modules among ``pairs`` into
+    """Copy archivable modules into writer; return (entries, skipped, ranges).
+
+    Copy the code of the archivable modules among ``pairs`` into
     ``writer``.  Returns ``(entries, skipped, ranges)``: their index
     entries, the count of modules that could not be archived, and whether
     the archived code has column positions (None: no module)."""
@@ -286,7 +304,9 @@ def _add_modules(writer, pairs, verbose, skip_preloaded, roots):
 
 
 def _read_module(name, module, spec):
-    """The code plain import would run now for ``module``: ``(code, spec,
+    """Return (code, spec, ran, entry) for module; raise if unarchivable.
+
+    The code plain import would run now for ``module``: ``(code, spec,
     ran, entry)``, with whether that is the code the import ran and its
     index entry (without its chunk, for :func:`_copy_module`, and without
     its search record).  Raises where the module cannot be archived."""
@@ -330,7 +350,9 @@ def _read_module(name, module, spec):
 
 
 def _copy_module(writer, number, code, ran, spec, entry):
-    """Copy ``code`` (of :func:`_read_module`, with ``ran``) into
+    """Copy code into writer as module number, filling entry's chunk fields.
+
+    Copy ``code`` (of :func:`_read_module`, with ``ran``) into
     ``writer`` as module ``number``, filling ``entry``'s chunk fields.
     Raises where it cannot be copied (the writer is left as before)."""
     ran, orders = ran
@@ -344,7 +366,9 @@ def _copy_module(writer, number, code, ran, spec, entry):
 
 
 def _frozenset_orders(code, pyc_path, pyc_head):
-    """For :meth:`pycds._nativewriter.Writer.add`: the order unmarshal adds the
+    """Return the unmarshal order of code's frozenset items, or None.
+
+    For :meth:`pycds._nativewriter.Writer.add`: the order unmarshal adds the
     items of each frozenset constant of ``code`` (the code an import ran
     from the .pyc at ``pyc_path``, whose first 16 bytes are ``pyc_head``),
     read off a fresh unmarshal of that .pyc.  The program may have bound an
@@ -377,7 +401,9 @@ def _has_frozenset(code):
 
 
 def _pair_frozensets(ran, fresh, orders, depth=0):
-    """Fill ``orders`` for the frozensets of ``ran`` from those at the same
+    """Fill orders for ran's frozensets from those of fresh.
+
+    Fill ``orders`` for the frozensets of ``ran`` from those at the same
     places in ``fresh``, an equal constant (code, tuple, frozenset)."""
     if type(ran) is not type(fresh) or depth > 100:
         return
@@ -402,7 +428,9 @@ def _pair_frozensets(ran, fresh, orders, depth=0):
 
 
 def _warn_if_refused(path):
-    """One warning now, when a SHARE run would refuse the archive just
+    """Warn if a SHARE run would refuse the archive just written at path.
+
+    One warning now, when a SHARE run would refuse the archive just
     written at ``path`` for where it lies (a directory others may write) or
     its mode (``pycds._nativeapi.check_trusted``): better than a refusal in
     every run after."""
@@ -416,7 +444,9 @@ def _warn_if_refused(path):
 # ---- one archive per DUMP session -----------------------------------------
 
 def _session_is_ours(session):
-    """Whether this process's interpreter is the one ``session`` began with
+    """Return whether this interpreter is the one session began with.
+
+    Whether this process's interpreter is the one ``session`` began with
     (an id without a tag, made by hand or by an older pycds: taken as ours).
     A member of a DUMP session that is not -- a child run by another Python,
     or with another -O or -X no_debug_ranges -- does not write over an
@@ -445,7 +475,9 @@ SESSION_XATTR = "user.pycds.session"
 
 
 def archive_session(index):
-    """The DUMP session that wrote the archive of ``index`` (an
+    """Return the DUMP session that wrote index's archive, or None.
+
+    The DUMP session that wrote the archive of ``index`` (an
     :class:`pycds._archive.Index`), or None: its extended attribute, else
     its meta (a file system without extended attributes)."""
     try:
@@ -456,7 +488,9 @@ def archive_session(index):
 
 
 def _carry_over(path, session, entries, archive_id, heap_len, nrelocs, nstrings, N):
-    """The modules of the archive at ``path`` that ``entries`` lacks, if it
+    """Return the modules of the archive at path that entries lacks.
+
+    The modules of the archive at ``path`` that ``entries`` lacks, if it
     was made by this interpreter build and, unless ``session`` is True, in
     the DUMP session ``session``: returns ``(entries, heap parts,
     relocation parts)`` to append, each chunk checked against its old
@@ -520,7 +554,9 @@ def _pycds_version():
 
 
 def preload():
-    """Import, at the start of a DUMP run, what :func:`dump_at_exit` needs
+    """Import what dump_at_exit needs, at the start of a DUMP run.
+
+    Import, at the start of a DUMP run, what :func:`dump_at_exit` needs
     (the native module with ``_cffi_backend`` and its writer's calls,
     ``fcntl``), so
     that the dump does not depend on the import system the program leaves
@@ -536,7 +572,9 @@ def preload():
 
 
 def dump_at_exit(config):
-    """The atexit handler of DUMP mode: never raises, never changes the exit
+    """DUMP mode's atexit handler: write the archive; never raise.
+
+    The atexit handler of DUMP mode: never raises, never changes the exit
     status; a failure is one warning saying no archive was written.  Does
     nothing in a subinterpreter (its atexit handlers run when it ends).
     Stops the settle watcher first (pycds.dump.settle), waiting for a write it
@@ -558,7 +596,9 @@ def dump_at_exit(config):
 # at PYCDSVERBOSE=1).
 announcer = 0
 def write_archive(config, announce=True):
-    """Write the archive of every module imported so far (at exit, or once
+    """Write the archive of every module imported so far; never raise.
+
+    Write the archive of every module imported so far (at exit, or once
     imports have settled: pycds.dump.settle, with ``announce`` false: the exit
     says what was written).  Never raises: a failure is one warning saying
     no archive was written."""
@@ -594,7 +634,9 @@ def write_archive(config, announce=True):
 
 
 def import_and_dump(names, archive):
-    """Import ``names`` (module names, in order; failures reported and
+    """Import names, archive what is imported; return the count or raise.
+
+    Import ``names`` (module names, in order; failures reported and
     skipped) and write an archive of every module imported so far to
     ``archive`` ("": ``$PYCDSARCHIVE``, else the default per-program
     path); the number of modules archived.  Raises ValueError (no archive

@@ -1,4 +1,6 @@
-"""The order in which a TRACE run *started* importing its modules: the
+"""Record the order in which a TRACE run started importing modules.
+
+The order in which a TRACE run *started* importing its modules: the
 order of the module list it writes, which ``pycds.dump``/``_dump`` lay an
 archive out from (pycds.dump.order).
 
@@ -53,7 +55,9 @@ def uninstall():
 
 
 def in_start_order(pairs):
-    """``pairs`` (``(name, module)``, in ``sys.modules`` order) sorted by
+    """Return pairs sorted by when their import started.
+
+    ``pairs`` (``(name, module)``, in ``sys.modules`` order) sorted by
     when their import started.  Modules imported before the recorder was
     installed (at start-up, before ``.pth`` files ran) come first, in their
     ``sys.modules`` order."""

@@ -32,7 +32,9 @@ _CO_NEWLOCALS = 0x2          # function code objects; module and class bodies la
 
 
 def static_imports(code, package):
-    """The absolute names the body of ``code`` (a module's code object)
+    """Return the absolute names code's body starts importing, in order.
+
+    The absolute names the body of ``code`` (a module's code object)
     starts importing, in bytecode order, with their parent packages first
     and the submodules its ``from`` imports may name (``from a import b``:
     ``a``, ``a.b``); imports in function bodies are not counted.
@@ -95,7 +97,9 @@ def _resolve(name, level, fromlist, package, out):
 
 
 def order(modules, first=()):
-    """The names of ``modules`` (a dict of module name to ``(code,
+    """Return the names of modules in layout order.
+
+    The names of ``modules`` (a dict of module name to ``(code,
     package)``) in layout order (see the module docstring); ``first``: the
     names the program's own code imports, walked first."""
     deps = {}
@@ -113,8 +117,9 @@ def order(modules, first=()):
 
 
 def _walk(root, deps, seen, out):
-    """Append ``root`` and what it reaches to ``out``, depth first,
-    without recursion (import chains can be long)."""
+    """Append root and what it reaches to out, depth first.
+
+    Without recursion: import chains can be long."""
     stack = [iter((root,))]
     while stack:
         name = next(stack[-1], None)
@@ -133,7 +138,9 @@ def _walk(root, deps, seen, out):
 
 
 def program_imports():
-    """What the program's own code imports (``__main__``: its source file,
+    """Return what the program's own code imports; never raise.
+
+    What the program's own code imports (``__main__``: its source file,
     or the ``-c`` command), as :func:`static_imports` gives it; empty when
     it cannot be had.  Never raises."""
     try:

@@ -43,7 +43,9 @@ FORK_WAIT_S = 0.5
 
 
 def start(write, quiet_s):
-    """Call ``write()`` once, from a thread of its own, when
+    """Call write() once, from a thread, when sys.modules stops changing.
+
+    Call ``write()`` once, from a thread of its own, when
     ``len(sys.modules)`` has not changed for ``quiet_s`` seconds (> 0).
     ``write`` must not raise (its errors are its own to report)."""
     _state.update(stopped=False, write=write, quiet_s=quiet_s, watched=None)
@@ -60,7 +62,9 @@ def start(write, quiet_s):
 
 
 def stop():
-    """Stop the watcher and wait for a write it has begun (the exit
+    """Stop the watcher, wait for its write; return the lock, held.
+
+    Stop the watcher and wait for a write it has begun (the exit
     handler, before its own write).  Returns the lock held: release it
     when done."""
     _state["stopped"] = True

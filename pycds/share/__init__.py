@@ -103,7 +103,9 @@ _LOST_FD = "the program closed its file descriptor"
 
 
 def _say(msg, at=1):
-    """A verbose line (callers test ``_verbose >= at`` first; install()
+    """Print a verbose line.
+
+    A verbose line (callers test ``_verbose >= at`` first; install()
     has imported pycds._log then)."""
     from .. import _log
     _log.verbose(msg, at)
@@ -115,7 +117,9 @@ def _warn(msg):
 
 
 def _fallback(name, reason):
-    """Count (and at PYCDSVERBOSE=1 print) an archived module imported
+    """Count an archived module imported plainly for reason.
+
+    Count (and at PYCDSVERBOSE=1 print) an archived module imported
     plainly, for ``reason``."""
     f = _counters["fallbacks"]
     f[reason] = f.get(reason, 0) + 1
@@ -130,7 +134,9 @@ _served_counts = bytearray(5 * 8)
 
 
 def unserved():
-    """``(missed, stale)``, the sets of names (live: read, not changed) of
+    """Return (missed, stale): names of imports the archive did not serve.
+
+    ``(missed, stale)``, the sets of names (live: read, not changed) of
     this run's imports the archive did not hold, and of those it held but
     could not serve because their files changed (what AUTO writes into the
     archive at exit)."""
@@ -143,7 +149,9 @@ def _stale_fallback(name, reason):
 
 
 def stats():
-    """Counters of this process: ``served`` (modules executed from the
+    """Return this process's counters, as a dict.
+
+    Counters of this process: ``served`` (modules executed from the
     archive), ``fallbacks`` (reason -> count of archived modules imported
     plainly), ``bytes_loaded`` (heap bytes of loaded modules), ``load_ms``
     (time in native loads, ms), ``open_ms`` (time to open the archive, ms),
@@ -177,7 +185,9 @@ def stats():
 
 
 class _Archive:
-    """An opened archive: its file (pycds._nativeapi.ArchiveFile), the
+    """An opened archive: its file, native hit path and native handle.
+
+    An opened archive: its file (pycds._nativeapi.ArchiveFile), the
     native hit path, and the native handle that loads its modules, opened
     where a name's tag is first found (:meth:`open_handle`)."""
 
@@ -227,7 +237,9 @@ class _Archive:
             self.server.stop()
 
     def start(self, N):
-        """The native hit path over the file, with ``N`` (pycds._nativeapi),
+        """Start the native hit path and its server over the file.
+
+        The native hit path over the file, with ``N`` (pycds._nativeapi),
         and its server (native/archive/loader/serve.c), whose find_spec
         becomes the finder's own where a native verdict may serve."""
         self._N = N
@@ -249,7 +261,9 @@ class _Archive:
             finder.find_spec = self.server.find_spec
 
     def open_handle(self):
-        """Open the native handle, on the file's descriptor (moved out of
+        """Open the native handle; return True when open, else False.
+
+        Open the native handle, on the file's descriptor (moved out of
         the program's way: native/archive/loader/descriptor.c), and read
         the index through it; True when open.  The first archived import
         does, so that until then a SHARE process holds no descriptor.  False
@@ -317,7 +331,9 @@ class _Archive:
                 _warn(f"archive {self.path} ignored: {reason}")
 
     def load_code(self, entry):
-        """The archived code object of ``entry`` (an :class:`ArchivedCode`
+        """Return entry's archived code object, or None if unusable.
+
+        The archived code object of ``entry`` (an :class:`ArchivedCode`
         or an index entry), or None (after a warning or a fallback line) when
         it cannot be used."""
         if self.disabled:
@@ -336,7 +352,9 @@ class _Archive:
         return code
 
     def load_failed(self, entry, e):
-        """What loading ``entry`` failing with ``e`` (not the program's)
+        """Fall back for entry or disable the archive, as e means.
+
+        What loading ``entry`` failing with ``e`` (not the program's)
         means: a fallback line for this module, or the archive disabled."""
         if load_failure(e) == FALLBACK:
             if e.code == E_STATE:
@@ -356,7 +374,9 @@ class _Archive:
             self.disable(str(e), damaged=True)
 
     def release_finished(self):
-        """Give back what only the bodies of modules that have run used
+        """Give back the memory only the finished module bodies used.
+
+        Give back what only the bodies of modules that have run used
         (native/archive/loader/release.c), as plain import frees their code objects.
 
         Called on the next import, not from the loader's exec_module: a
@@ -389,8 +409,7 @@ class _Archive:
 
 
 class ArchivedCode:
-    """The ``get_code`` of a served module's loader, until the module's code
-    is handed out.
+    """A served module's loader's ``get_code`` until the code is handed out.
 
     The loader of a served module is the stock ``SourceFileLoader`` that
     plain import would use: its type and repr are plain import's (code that
@@ -495,7 +514,9 @@ class ArchivedCode:
 
 
 class _PlainReduce(tuple):
-    """The ``__reduce_ex__`` of a served module's loader until its code is
+    """The ``__reduce_ex__`` of a served module's loader: a plain loader's.
+
+    The ``__reduce_ex__`` of a served module's loader until its code is
     handed out (see :class:`ArchivedCode`): that of a plain loader for the
     same file, ``(name, path)``.  (A tuple: made without running Python
     code, compared by value.)"""
@@ -507,7 +528,9 @@ class _PlainReduce(tuple):
 
 
 def served_loader(loader):
-    """Whether ``loader`` will hand out archived code (its module has not run
+    """Return whether loader will hand out archived code.
+
+    Whether ``loader`` will hand out archived code (its module has not run
     yet): it has an :class:`ArchivedCode` as ``get_code``."""
     return isinstance(getattr(loader, "__dict__", {}).get("get_code"), ArchivedCode)
 
@@ -551,7 +574,9 @@ _getcwd = _os.getcwd
 
 
 def _hooks_pending(search):
-    """Whether replaying ``search`` (an entry's recorded search, or None)
+    """Return whether replaying search runs path hooks.
+
+    Whether replaying ``search`` (an entry's recorded search, or None)
     runs path hooks: a step's path entry has no finder in
     ``sys.path_importer_cache`` yet (PathFinder._path_importer_cache's key:
     the working directory for '')."""
@@ -568,7 +593,9 @@ def _hooks_pending(search):
 
 
 def _run_stock_hooks(search, path):
-    """Run the path hooks of the entries of the recorded ``search`` not in
+    """Run search's pending path hooks; return whether finders are as assumed.
+
+    Run the path hooks of the entries of the recorded ``search`` not in
     ``sys.path_importer_cache`` yet, with ``PathFinder``'s own
     ``_path_importer_cache``, in the search's order: what plain import's
     search does on its way to the archived module once the native verdict
@@ -599,7 +626,9 @@ def _run_stock_hooks(search, path):
 
 
 def _cached(spec, entry):
-    """``spec.cached`` for the spec of ``entry``'s own origin, taken from
+    """Return spec.cached for entry's own origin, taken from the entry.
+
+    ``spec.cached`` for the spec of ``entry``'s own origin, taken from
     the entry where ModuleSpec would compute the same path: the dump's
     ``spec.cached`` for that origin (the same cache tag and optimization
     level: the archive is this interpreter's), made with no
@@ -614,7 +643,9 @@ def _cached(spec, entry):
 
 
 def _path_finder_next(finder):
-    """Whether ``finder`` stands just before the stock PathFinder on
+    """Return whether finder stands just before the stock PathFinder.
+
+    Whether ``finder`` stands just before the stock PathFinder on
     ``sys.meta_path``, as install() put it.  Only then is PathFinder's answer
     the one plain import would get after ``finder`` declined: a program may
     have put a finder of its own in between, or in PathFinder's place (to
@@ -784,7 +815,9 @@ class CDSFinder:
         return spec
 
     def _verdict_spec(self, fullname, e):
-        """The spec of a native verdict for index entry tuple ``e``: the
+        """Return the spec of a native verdict for index entry tuple e.
+
+        The spec of a native verdict for index entry tuple ``e``: the
         search replays and the files are the dumped ones
         (native/archive/loader/find.c).  Built as pycds._search builds it,
         with the .pyc path as ModuleSpec computes it (_cached)."""
@@ -806,7 +839,9 @@ class CDSFinder:
 
 def install(config
 , replacing=None, startup_path=None, started_plain=(), first=None):
-    """Open ``config.archive`` and put a :class:`CDSFinder` on
+    """Open the archive and install a CDSFinder; return it, or None.
+
+    Open ``config.archive`` and put a :class:`CDSFinder` on
     ``sys.meta_path`` before PathFinder, or in the place of ``replacing``
     (SHARE's stand-in there since start-up, pycds._Opener; not there: the
     program took it away, and nothing is installed).  ``startup_path``:

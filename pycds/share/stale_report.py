@@ -15,7 +15,9 @@ STALE_SHARE = 0.10
 
 
 def report(n_stale, n_served, archive):
-    """Print the line for ``n_stale`` stale and ``n_served`` served
+    """Warn about stale modules of archive if their share is high.
+
+    Print the line for ``n_stale`` stale and ``n_served`` served
     modules of ``archive`` (a path), if the share is at least
     :data:`STALE_SHARE`."""
     total = n_stale + n_served
