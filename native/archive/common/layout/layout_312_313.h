@@ -265,11 +265,39 @@ bytecode_is_fresh(PyCodeObject *src)
     return 1;
 }
 
+/* A replica of src from code.replace(co_filename=<an equal str of its own>).
+ * init_code interns the new code object's co_filename in place (3.13:
+ * _PyUnicode_InternMortal): given src's own str -- one _fix_co_filename set,
+ * not interned, when the .pyc was compiled at another path -- that would
+ * change the program's object, in the middle of the copy that took it for
+ * a plain str. */
+static PyObject *
+replicate(PyCodeObject *src)
+{
+    PyObject *name = src->co_filename, *replace, *noargs = NULL, *kw = NULL, *out = NULL;
+    if (!PyUnicode_CheckExact(name)) {
+        return PyObject_CallMethod((PyObject *)src, "replace", NULL);
+    }
+    PyObject *copy = PyUnicode_FromKindAndData(PyUnicode_KIND(name), PyUnicode_DATA(name),
+                                               PyUnicode_GET_LENGTH(name));
+    replace = copy == NULL ? NULL : PyObject_GetAttrString((PyObject *)src, "replace");
+    if (replace != NULL && (noargs = PyTuple_New(0)) != NULL
+            && (kw = PyDict_New()) != NULL
+            && PyDict_SetItemString(kw, "co_filename", copy) == 0) {
+        out = PyObject_Call(replace, noargs, kw);
+    }
+    Py_XDECREF(kw);
+    Py_XDECREF(noargs);
+    Py_XDECREF(replace);
+    Py_XDECREF(copy);
+    return out;
+}
+
 /* Overwrite the bytecode of copy c with what init_code makes of src's
  * bytecode (as after unmarshal: no specialised or instrumented instruction,
  * every counter at its initial value).  Code that has run holds
  * specialisations and counters, and instrumentation under sys.monitoring or
- * a trace function.  The reference is a replica from code.replace(), which
+ * a trace function.  The reference is a replica (replicate()), which
  * deoptimises the bytecode (_PyCode_GetCode) and builds a new code object
  * through init_code and _PyCode_Quicken (Objects/codeobject.c, 3.12 and
  * 3.13), as marshal's round trip does. */
@@ -279,7 +307,7 @@ fresh_bytecode(PyCodeObject *src, PyCodeObject *c)
     if (bytecode_is_fresh(src)) {
         return PYCDS_OK;          /* copied as it is */
     }
-    PyObject *replica = PyObject_CallMethod((PyObject *)src, "replace", NULL);
+    PyObject *replica = replicate(src);
     if (replica == NULL) {
         return pycds_fail_python("replicating a code object");
     }
