@@ -103,7 +103,7 @@ def _activate(cfg):
     if cfg.mode == _config.MODE_DUMP:
         import atexit
         from . import _archive, _files
-        from .dump import capture as _capture, dumper as _dumper
+        from .dumping import capture as _capture, dumper as _dumper
         _capture.install()
         _dumper.preload()
         atexit.register(_dumper.dump_at_exit, cfg)
@@ -113,12 +113,12 @@ def _activate(cfg):
         _files.say_if_taken(cfg.archive, _archive.ARCHIVE_FILE, "DUMP writes no archive",
                              "PYCDSARCHIVE")
         if cfg.settle > 0:
-            from .dump import settle as _settle
+            from .dumping import settle as _settle
             _settle.start(lambda: _dumper.write_archive(cfg, announce=False), cfg.settle)
     elif cfg.mode == _config.MODE_TRACE:
         import atexit
         from . import trace
-        from .dump import import_order as _import_order
+        from .dumping import import_order as _import_order
         _import_order.install()
         # Children write into the same list, wherever they start.
         os.environ["PYCDSLIST"] = cfg.listfile
@@ -314,14 +314,14 @@ def dump(archive=None, modules=None):
     else this program's default archive, as DUMP would write).
 
     What is archived and how is what a DUMP run writes at exit
-    (pycds.dump.dumper); the file is replaced atomically.  Returns the number of
+    (pycds.dumping.dumper); the file is replaced atomically.  Returns the number of
     modules archived.  Raises OSError if the archive cannot be written,
     ValueError if no archive path is known, TypeError if ``modules`` is a
     str or holds a name that is not a str.  Names that fail to import are reported on
     stderr and skipped.
 
     The code objects of the modules it imports are kept as they run
-    (pycds.dump.capture: an audit hook, which stays in the process, idle, once
+    (pycds.dumping.capture: an audit hook, which stays in the process, idle, once
     this returns), so that most need not be read again.
     """
     import os
@@ -332,10 +332,10 @@ def dump(archive=None, modules=None):
     for name in names:
         if type(name) is not str:
             raise TypeError(f"module names are str, not {type(name).__name__}: {name!r}")
-    from .dump import capture as _capture
+    from .dumping import capture as _capture
     own_capture = not _capture.active() and _capture.install()
     try:
-        from .dump.dumper import import_and_dump
+        from .dumping.dumper import import_and_dump
         return import_and_dump(names, archive or "")
     finally:
         if own_capture:
@@ -368,10 +368,10 @@ def _dump(module_list="", archive=""):
                              f"{data[e.start]:#04x} at offset {e.start})") from None
         names = [line.strip() for line in text.split("\n")
                  if line.strip() and not line.lstrip().startswith("#")]
-    from .dump import capture as _capture
+    from .dumping import capture as _capture
     own_capture = not _capture.active() and _capture.install()
     try:
-        from .dump.dumper import import_and_dump
+        from .dumping.dumper import import_and_dump
         return import_and_dump(names, archive)
     finally:
         if own_capture:

@@ -17,7 +17,7 @@ in place) never passes as part of this one.  Checksums use
 SipHash-1-3 from 3.11, SipHash-2-4 on 3.10, so an archive is only ever
 verified by its own minor version); the heap is checked per module, in C,
 with XXH64.  The writing side (:func:`file_sections`)
-lays out what pycds.dump.dumper collected; pycds._files puts it in a file.  The
+lays out what pycds.dumping.dumper collected; pycds._files puts it in a file.  The
 meta block names the interpreter the archive is for
 (:func:`meta_for_this_interpreter`); a reader refuses an archive of another.
 """

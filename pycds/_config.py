@@ -20,7 +20,7 @@
                    the one being imported on a second CPU; ``0``: off.
 ``PYCDSSETTLE``    seconds without a new import after which DUMP and AUTO
                    write the archive before the program ends (default 5; 0:
-                   only at exit): pycds.dump.settle.
+                   only at exit): pycds.dumping.settle.
 ``PYCDSRELEASE``   ``1`` (default): once a module body has run, give back
                    the memory of what only it used (its code object, dead
                    interned-string copies); ``0``: keep it; ``protect``
@@ -337,7 +337,7 @@ def interpreter_tag():
     16 hex digits naming this process's facts, as they were at the first
     call (start-up in DUMP and SHARE runs): their SipHash-1-3 with key 0
     (pycds._archive.checksum).  A child process whose tag is not its DUMP
-    session's does not write over the session's archive (pycds.dump.dumper);
+    session's does not write over the session's archive (pycds.dumping.dumper);
     one whose tag is not its SHARE session's takes an archive made for
     another interpreter quietly (pycds.share.install)."""
     global _tag
@@ -724,7 +724,7 @@ def import_native(search_path=None):
 
     ``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``:
     at the first archive hit of a SHARE run, at the start of a DUMP run
-    and of an AUTO run that records (pycds.dump.dumper.preload).  (Here, not
+    and of an AUTO run that records (pycds.dumping.dumper.preload).  (Here, not
     in a module of its own: a SHARE run's first hit would import one more
     module.)
 

@@ -1,4 +1,4 @@
-"""The archive writer's side of pycds._native, for DUMP and pycds.dump.
+"""The archive writer's side of pycds._native, for DUMP and pycds.dumping.
 
 The archive writer's side of ``pycds._native`` (native/archive/writer):
 what DUMP and :func:`pycds.dump` use, apart from the loader's side
@@ -129,7 +129,7 @@ class Writer:
 class Renumbering:
     """Renumber the strings of chunks carried over from another archive.
 
-    Gives the chunks carried over from another archive (pycds.dump) string
+    Gives the chunks carried over from another archive (pycds.dumping.dumper) string
     numbers after ``first`` (those of the archive being written): one number
     per number of the other archive, whose numbers are below ``bound`` (its
     relocation count)."""

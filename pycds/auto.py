@@ -13,7 +13,7 @@ At exit the modules of this run's imports that the archive did not fit --
 not in it (``pycds.share.missed``), or in it but stale
 (``pycds.share.stale_report``: edited, upgraded, moved) -- are copied into a
 fresh archive together with every module of the old one they do not
-replace, whose chunks are carried over as they are (pycds.dump.dumper).  When a
+replace, whose chunks are carried over as they are (pycds.dumping.dumper).  When a
 write happens:
 
 - no usable archive (none yet, damaged, made by another interpreter or
@@ -28,7 +28,7 @@ write happens:
   not on every run.
 
 Writers of one archive take turns under its directory's lock
-(pycds.dump.dumper); each one, holding it, looks again at the archive now there
+(pycds.dumping.dumper); each one, holding it, looks again at the archive now there
 and writes only what that one still lacks, so processes ending at once
 (a server's workers, a test suite's subprocesses) write the archive once
 between them and none loses what another wrote.  Where the archive cannot
@@ -78,7 +78,7 @@ class _Run:
         # it before its finder too, so it is not archived.
         self.preloaded = set(sys.modules) if preloaded is None else preloaded
         self.recording = False
-        self.settling = False   # a pycds.dump.settle watcher was started
+        self.settling = False   # a pycds.dumping.settle watcher was started
         self.wrote = False      # an archive write was made by this process
         self.warned = False
         # The first AUTO process of a process tree says what the tree
@@ -89,7 +89,7 @@ class _Run:
         # Never raises, never changes the exit status or the output.
         lock = None
         if self.settling:
-            from .dump import settle as _settle
+            from .dumping import settle as _settle
             lock = _settle.stop()
         try:
             from ._config import is_main_interpreter
@@ -101,7 +101,7 @@ class _Run:
             if lock is not None:
                 lock.release()
             if self.recording:
-                from .dump import capture as _capture
+                from .dumping import capture as _capture
                 _capture.stop()
 
     def is_tree_root(self):
@@ -112,7 +112,7 @@ class _Run:
         """Write what the archive lacks, if a write is due; never raise.
 
         Write what the archive lacks, if a write is due (at exit, or
-        once imports have settled: pycds.dump.settle).  Never raises; a
+        once imports have settled: pycds.dumping.settle).  Never raises; a
         failure is one warning from the process tree's first process (the
         others say it at PYCDSVERBOSE=1)."""
         try:
@@ -140,8 +140,8 @@ class _Run:
 
         ``(triples, stale)``: the ``(name, module, spec)`` of the
         archivable modules of this run the archive did not fit (specs read
-        as pycds.dump.dumper.collect reads them), and whether any is stale."""
-        from .dump import dumper as _dumper
+        as pycds.dumping.dumper.collect reads them), and whether any is stale."""
+        from .dumping import dumper as _dumper
         out = []
         stale = False
         fresh = self.no_archive()
@@ -208,7 +208,7 @@ class _Run:
                              "are imported plainly; set PYCDSARCHIVE to a path in a "
                              "directory only you can write")
             return
-        from .dump import dumper as _dumper
+        from .dumping import dumper as _dumper
         t0 = time.perf_counter()
         bump = not self.wrote
         self.wrote = True
@@ -228,7 +228,7 @@ class _Run:
 def _refresh(path, todo, replaces, check, bump=True, damaged=False):
     """Return what to write into the archive at path now, or None.
 
-    What to write into the archive now at ``path`` (pycds.dump.dumper's
+    What to write into the archive now at ``path`` (pycds.dumping.dumper's
     ``refresh``, under the directory lock): the ``(name, module)`` pairs of
     the modules of ``todo`` (:meth:`_Run.todo`) it still lacks or holds
     stale (all of them when this run found it ``damaged``), and the
@@ -304,13 +304,13 @@ def install(cfg, preloaded=None, **where):
         run.warned = bool(not_replaceable(cfg.archive) or (
             os.path.lexists(cfg.archive) and directory_refusal(cfg.archive)))
     if installed is None:
-        from .dump import capture as _capture, dumper as _dumper, import_order as _import_order
+        from .dumping import capture as _capture, dumper as _dumper, import_order as _import_order
         run.recording = _capture.install()
         _import_order.install()
         _dumper.preload()
     atexit.register(run.at_exit)
     if cfg.settle > 0:
-        from .dump import settle as _settle
+        from .dumping import settle as _settle
         _settle.start(run.write, cfg.settle)
         run.settling = True
     return installed

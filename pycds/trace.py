@@ -1,7 +1,7 @@
 """TRACE: write the names of the modules a program imported, one a line.
 
 The list (``PYCDSLIST``) is the input of :func:`pycds._dump`.  Names are in
-the order their imports started (pycds.dump.import_order); written atomically at
+the order their imports started (pycds.dumping.import_order); written atomically at
 exit.  The processes of one TRACE run (a program and the children that
 inherit its environment: multiprocessing workers, subprocesses) write one
 list: each adds the names the list lacks, under a lock, as the processes of
@@ -34,12 +34,12 @@ def module_names():
 
     Names of the modules imported so far that an import of that name
     finds again, the main module excluded: a module whose spec has that
-    name (``pycds.dump.dumper._spec_of``).  Not what extension modules put in
+    name (``pycds.dumping.dumper._spec_of``).  Not what extension modules put in
     sys.modules themselves (Cython's spec-less ``cython_runtime`` and
     ``_cython_3_x``), nor aliases (``sys.modules['alias'] = json``):
     :func:`pycds._dump` would warn about them."""
-    from .dump.dumper import spec_of, snapshot
-    from .dump.import_order import in_start_order
+    from .dumping.dumper import spec_of, snapshot
+    from .dumping.import_order import in_start_order
     return [name for name, module in in_start_order(snapshot())
             if name not in _MAIN_NAMES and spec_of(name, module) is not None]
 

@@ -62,7 +62,7 @@ n = int(sys.argv[2])
 for i in range(n):
     importlib.import_module(f"synth{i:04d}")
 import json, email.parser, decimal, argparse, typing
-from pycds.dump import dumper as _dumper
+from pycds.dumping import dumper as _dumper
 t0 = time.perf_counter()
 print(_dumper.dump_modules(list(sys.modules.items()), sys.argv[3]), time.perf_counter() - t0)
 """

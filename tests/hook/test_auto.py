@@ -397,7 +397,7 @@ def test_a_program_that_imports_nothing_gets_an_empty_archive(tmp_path):
     # as is a sitecustomize such as Debian's.)
     assert archived(img) <= {"linecache"} | STARTUP_CUSTOMIZE
     probe = ("import sys; print('ok', 'pycds.share' in sys.modules, "
-             "'pycds.dump.capture' in sys.modules)")
+             "'pycds.dumping.capture' in sys.modules)")
     r = run_python(["-c", probe], cwd=tmp_path, PYCDSMODE="AUTO", PYCDSARCHIVE=str(img),
                    PYCDSVERBOSE=1)
     # Neither opened nor recording: nothing but the package and its settings

@@ -1,4 +1,4 @@
-"""DUMP archives the code objects its imports ran (pycds.dump.capture), in their
+"""DUMP archives the code objects its imports ran (pycds.dumping.capture), in their
 fresh form, unless the source may have changed since: then it reads the
 module again.  Either way a SHARE run behaves as a plain one."""
 
@@ -138,7 +138,7 @@ def test_a_source_written_just_before_its_import_is_read_again(tmp_path):
 def test_the_api_form_archives_what_its_imports_ran(apps):
     cwd = apps["api"]
     (cwd / "mods.lst").write_text("mod\njson\n")
-    code = ("import pycds, pycds.dump.capture as c, sys\n"
+    code = ("import pycds, pycds.dumping.capture as c, sys\n"
             "n = pycds._dump('mods.lst', 'a.img')\n"
             "print(n, c.active(), 'mod' in sys.modules)\n")
     d = run_python(["-c", code], cwd=cwd, PYCDSMODE="MANUALLY", PYCDSVERBOSE=2)

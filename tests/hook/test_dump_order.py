@@ -1,8 +1,8 @@
-"""The layout order predicted from the modules' code (pycds.dump.order)."""
+"""The layout order predicted from the modules' code (pycds.dumping.order)."""
 
 import textwrap
 
-from pycds.dump import order as _dump_order
+from pycds.dumping import order as _dump_order
 
 
 def imports(src, package=""):

@@ -1,6 +1,6 @@
 """Chunks are laid out in the order imports start, the order a SHARE run
-asks for them (predicted from the code: pycds.dump.order; TRACE records
-it: pycds.dump.import_order), not sys.modules' finishing order."""
+asks for them (predicted from the code: pycds.dumping.order; TRACE records
+it: pycds.dumping.import_order), not sys.modules' finishing order."""
 
 from conftest import run_python
 from pycds import _archive

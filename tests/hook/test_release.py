@@ -409,7 +409,7 @@ print("released", pycds.stats()["released_bytes"], file=sys.stderr)
 @pytest.fixture(scope="module")
 def drops_apps(tmp_path_factory):
     # An installed module, not one written a moment ago: the dump archives
-    # the code its import ran (pycds.dump.capture), whose reference counts tell
+    # the code its import ran (pycds.dumping.capture), whose reference counts tell
     # which functions live.
     root = tmp_path_factory.mktemp("drops")
     for keep in ("keep", "drop"):

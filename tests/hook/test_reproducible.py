@@ -10,7 +10,7 @@ import time
 
 from conftest import installed, run_python, settle
 from pycds import _archive
-from pycds.dump import dumper as _dumper
+from pycds.dumping import dumper as _dumper
 
 # Imports in an order that depends on the hash seed and on thread timing
 # (of modules that import no package another thread imports: importlib's
@@ -159,8 +159,8 @@ def test_frozenset_order_does_not_follow_the_programs_references(tmp_path):
     code = f"""
 import sys
 sys.path.insert(0, {str(app)!r})
-import rloop, pycds.dump.dumper as d, pycds._nativeapi as N
-from pycds.dump import capture as _capture
+import rloop, pycds.dumping.dumper as d, pycds._nativeapi as N
+from pycds.dumping import capture as _capture
 spec = rloop.__spec__
 code = _capture.ran("rloop", rloop, spec.origin, __import__("os").stat(spec.origin))[0]
 head = open(spec.cached, "rb").read(16)

@@ -642,10 +642,10 @@ class TestStringTable:
             assert "tab_only_in_a" in arch.load(index.lookup("b")).co_names
 
     def test_chunks_carried_over_are_numbered_after_the_new_ones(self, tmp_path):
-        # pycds.dump.dumper._carry_over: a chunk of an earlier archive of the session
+        # pycds.dumping.dumper._carry_over: a chunk of an earlier archive of the session
         # keeps one number per string of that archive, above those of the
         # archive being written.
-        from pycds.dump import dumper as _dumper
+        from pycds.dumping import dumper as _dumper
         old = NW.Writer(7)
         entries = []
         for k, (name, src) in enumerate((("a", SHARED_A), ("b", SHARED_B))):

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from pycds import _archive
-from pycds.dump import dumper as _dumper
+from pycds.dumping import dumper as _dumper
 from pycds import _nativeapi as N
 from pycds.errors import ArchiveFormatError, ForeignArchiveError
 

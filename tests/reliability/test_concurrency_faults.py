@@ -318,7 +318,7 @@ class TestDumpEdges:
             self, tmp_path, state):
         """The dump at exit needs the native module (with _cffi_backend,
         found on sys.path): imported at the start of the run
-        (pycds.dump.dumper.preload), not through what the program did to the import
+        (pycds.dumping.dumper.preload), not through what the program did to the import
         system by its end."""
         prog = textwrap.dedent("""\
             import sys, json
@@ -1068,7 +1068,7 @@ def test_an_index_opened_out_of_the_way_reads_the_archive_renamed_over_it(tmp_pa
     import csv
     import json
     from pycds import _archive
-    from pycds.dump import dumper as _dumper
+    from pycds.dumping import dumper as _dumper
     path = str(tmp_path / "a.cds")
     _dumper.dump_modules([("json", json)], path)
     index = _archive.Index.open(path, out_of_the_way=True)

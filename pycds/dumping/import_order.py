@@ -2,7 +2,7 @@
 
 The order in which a TRACE run *started* importing its modules: the
 order of the module list it writes, which ``pycds.dump``/``_dump`` lay an
-archive out from (pycds.dump.order).
+archive out from (pycds.dumping.order).
 
 ``sys.modules`` keeps modules in the order their import *finished*:
 importlib moves a module to the end of ``sys.modules`` once its body has run

@@ -20,8 +20,8 @@ So it cannot tell which loader ran a code object: a file whose module code
 ran twice (a reload, a second name, ``runpy``, a tool that rewrites modules)
 is marked ambiguous, and a capture serves only a module imported after
 capturing started (:func:`preloaded`) by importlib's own ``_load_unlocked``
-(pycds.dump.dumper: not one a program built and ran itself).  What makes a capture
-the code plain import would run now is checked at exit (pycds.dump.dumper): the
+(pycds.dumping.dumper: not one a program built and ran itself).  What makes a capture
+the code plain import would run now is checked at exit (pycds.dumping.dumper): the
 source's stat (mtime, size, ctime, inode) is what it was when the body
 started, its ctime (which every write, rename and ``utime`` sets to the
 present: ``cp -p`` cannot keep it) was more than :data:`SETTLED_NS` earlier

@@ -10,7 +10,7 @@ included.  Builtin, frozen, extension and namespace modules, ``__main__``, and
 modules with other loaders are left to plain import.
 
 The code object archived is the one plain import would run now: the one
-this run's import executed (pycds.dump.capture), when neither the source nor
+this run's import executed (pycds.dumping.capture), when neither the source nor
 the ``.pyc`` plain import trusts for it changed since, else
 ``loader.get_code(name)`` again (from the ``.pyc`` when it is valid, else
 compiled from source).  Modules imported at start-up before ``pycds.pth``
@@ -73,7 +73,7 @@ def spec_of(name, module):
 def _code_that_ran(name, module, spec, st, src_hash, pyc_st, pyc_head):
     """Return the code module's import ran, if plain import would run it now.
 
-    The module code the import of ``module`` ran (pycds.dump.capture), if it
+    The module code the import of ``module`` ran (pycds.dumping.capture), if it
     is the code plain import would run now; else None.  ``st`` and
     ``src_hash``: the source's stat and hash (pycds._pyc.source_hash) now; ``pyc_st`` and ``pyc_head``: the stat
     and first 16 bytes of its .pyc (None, b"" without one)."""
@@ -116,7 +116,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
 
     Archive the modules among ``pairs`` into ``path``; with
     ``skip_preloaded``, not those imported before capturing started
-    (pycds.dump.capture.preloaded).
+    (pycds.dumping.capture.preloaded).
 
     Returns ``(archived, skipped)`` counts.  Raises OSError when the file
     cannot be written or ``path`` holds a file that is not a pycds archive
@@ -133,7 +133,7 @@ def dump_modules(pairs, path, verbose=0, session=None, skip_preloaded=False,
     what the others wrote.
 
     ``roots``: the module names the layout starts from, in order
-    (pycds.dump.order); None: those the program's own code imports.
+    (pycds.dumping.order); None: those the program's own code imports.
     """
     from .. import _nativewriter as N
 
@@ -577,7 +577,7 @@ def dump_at_exit(config):
     The atexit handler of DUMP mode: never raises, never changes the exit
     status; a failure is one warning saying no archive was written.  Does
     nothing in a subinterpreter (its atexit handlers run when it ends).
-    Stops the settle watcher first (pycds.dump.settle), waiting for a write it
+    Stops the settle watcher first (pycds.dumping.settle), waiting for a write it
     has begun."""
     from .._config import is_main_interpreter
     from . import settle as _settle
@@ -599,7 +599,7 @@ def write_archive(config, announce=True):
     """Write the archive of every module imported so far; never raise.
 
     Write the archive of every module imported so far (at exit, or once
-    imports have settled: pycds.dump.settle, with ``announce`` false: the exit
+    imports have settled: pycds.dumping.settle, with ``announce`` false: the exit
     says what was written).  Never raises: a failure is one warning saying
     no archive was written."""
     pairs = snapshot()
@@ -660,6 +660,6 @@ def import_and_dump(names, archive):
         except BaseException as e:   # a listed module may fail, or exit
             _log.warning(f"module {name!r} not archived: importing it raised "
                          f"{type(e).__name__}: {e}")
-    # Laid out from the names given, in their order (pycds.dump.order).
+    # Laid out from the names given, in their order (pycds.dumping.order).
     n, _ = dump_modules(snapshot(), archive, roots=names or None)
     return n
