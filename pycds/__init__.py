@@ -332,14 +332,8 @@ def dump(archive=None, modules=None):
     for name in names:
         if type(name) is not str:
             raise TypeError(f"module names are str, not {type(name).__name__}: {name!r}")
-    from .dumping import capture as _capture
-    own_capture = not _capture.active() and _capture.install()
-    try:
-        from .dumping.dumper import import_and_dump
-        return import_and_dump(names, archive or "")
-    finally:
-        if own_capture:
-            _capture.stop()
+    from .dumping.dumper import dump_now
+    return dump_now(names, archive or "")
 
 
 def _dump(module_list="", archive=""):
@@ -357,24 +351,6 @@ def _dump(module_list="", archive=""):
     is not UTF-8 text or no archive path is known.  Names that
     fail to import are reported on stderr and skipped.
     """
-    names = []
-    if module_list:
-        with open(module_list, "rb") as f:
-            data = f.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{module_list}: not a UTF-8 module list (byte "
-                             f"{data[e.start]:#04x} at offset {e.start})") from None
-        names = [line.strip() for line in text.split("\n")
-                 if line.strip() and not line.lstrip().startswith("#")]
-    from .dumping import capture as _capture
-    own_capture = not _capture.active() and _capture.install()
-    try:
-        from .dumping.dumper import import_and_dump
-        return import_and_dump(names, archive)
-    finally:
-        if own_capture:
-            _capture.stop()
-
-
+    from .dumping import dumper
+    return dumper.dump_now(dumper.read_module_list(module_list) if module_list else [],
+                           archive)

@@ -127,9 +127,10 @@ def _share_refusal(path):
 
 
 def cmd_dump(args):
-    from .. import _dump
+    from ..dumping import dumper
     try:
-        n = _dump(args.list, args.archive)
+        names = dumper.read_module_list(args.list) if args.list else []
+        n = dumper.dump_now(names, args.archive)
     except (OSError, ValueError) as e:    # the list unreadable, the archive unwritable
         print(f"pycds: {_os_error(e)}", file=sys.stderr)
         return 2

@@ -640,7 +640,7 @@ def import_and_dump(names, archive):
     skipped) and write an archive of every module imported so far to
     ``archive`` ("": ``$PYCDSARCHIVE``, else the default per-program
     path); the number of modules archived.  Raises ValueError (no archive
-    path), OSError (not written).  pycds.dump and pycds._dump's work."""
+    path), OSError (not written)."""
     import importlib
     import os
     if not archive:
@@ -663,3 +663,34 @@ def import_and_dump(names, archive):
     # Laid out from the names given, in their order (pycds.dumping.order).
     n, _ = dump_modules(snapshot(), archive, roots=names or None)
     return n
+
+
+def read_module_list(path):
+    """Return the module names the list file at path holds; raise OSError, ValueError.
+
+    One name a line; blank lines and lines starting with ``#`` are left
+    out.  ValueError: the file is not UTF-8 text."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a UTF-8 module list (byte "
+                         f"{data[e.start]:#04x} at offset {e.start})") from None
+    return [line.strip() for line in text.split("\n")
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def dump_now(names, archive):
+    """Import names, archive what is imported; return the count, or raise OSError.
+
+    :func:`import_and_dump`, with the code objects of the modules it
+    imports kept as they run (pycds.dumping.capture: an audit hook, which
+    stays in the process, idle, once this returns), so that most need not
+    be read again.  pycds.dump and pycds._dump's work."""
+    own_capture = not _capture.active() and _capture.install()
+    try:
+        return import_and_dump(names, archive)
+    finally:
+        if own_capture:
+            _capture.stop()
