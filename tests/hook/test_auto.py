@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import STARTUP_CUSTOMIZE, clean_env, installed, run_python
+from support import STARTUP_CUSTOMIZE, clean_env, installed, run_python
 from pycds import _archive, auto
 
 APP = """\

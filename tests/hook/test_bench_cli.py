@@ -14,7 +14,7 @@ import sys
 
 from pycds.cli import bench as _bench
 
-from conftest import run_python
+from support import run_python
 
 IMPORTS = "import json, email.parser"
 

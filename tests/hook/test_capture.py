@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import STARTUP_CUSTOMIZE, installed, run_python, settle
+from support import STARTUP_CUSTOMIZE, installed, run_python, settle
 
 MOD = '''"""A module whose functions get hot in the dump run."""
 VALUE = "first version"

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import import_state, run_python
+from support import import_state, run_python
 from test_search import describe
 from pycds import _archive, _nativeapi, _pyc, _search
 from pycds.errors import ArchiveFormatError

@@ -11,7 +11,7 @@ import time
 
 import pycds
 
-from conftest import clean_env, flip_bits, run_python
+from support import clean_env, flip_bits, run_python
 
 
 def make_archive(tmp_path):

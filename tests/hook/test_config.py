@@ -76,7 +76,7 @@ class TestFromEnviron:
     def test_a_home_that_does_not_exist_is_never_made(self, tmp_path):
         # A service user's home in many images (HOME=/nonexistent), as root:
         # DUMP made that directory to put its cache in.
-        from conftest import run_python
+        from support import run_python
         home = tmp_path / "nonexistent"
         (tmp_path / "prog.py").write_text("import json\nprint('ran')\n")
         r = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", HOME=str(home))
@@ -114,7 +114,7 @@ class TestRelativePaths:
             "subprocess.run([sys.executable, '-c', 'import csv, textwrap'], check=True)\n")
 
     def test_dump_and_children_write_where_the_program_started(self, tmp_path):
-        from conftest import run_python
+        from support import run_python
         (tmp_path / "sub").mkdir()
         (tmp_path / "prog.py").write_text(self.PROG)
         d = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE="rel.img")
@@ -127,7 +127,7 @@ class TestRelativePaths:
     def test_share_children_use_the_same_archive(self, tmp_path):
         """A SHARE child started in another directory uses the archive the
         program named, not a file of the same relative name there."""
-        from conftest import run_python
+        from support import run_python
         (tmp_path / "sub").mkdir()
         (tmp_path / "prog.py").write_text(self.PROG)
         d = run_python(["prog.py"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE="rel.img")
@@ -143,7 +143,7 @@ class TestRelativePaths:
         """Without PYCDSARCHIVE a child started as `python -c ...` (as
         multiprocessing starts its workers) uses the program's archive: no
         archive of its own, no warning about a missing one."""
-        from conftest import run_python
+        from support import run_python
         (tmp_path / "sub").mkdir()
         (tmp_path / "prog.py").write_text(self.PROG)
         cache = tmp_path / "cache"
@@ -160,7 +160,7 @@ class TestRelativePaths:
         """A TRACE run's children (a multiprocessing worker, a subprocess in
         another directory) add their modules to the program's list, which
         then dumps without warnings."""
-        from conftest import run_python
+        from support import run_python
         (tmp_path / "sub").mkdir()
         (tmp_path / "tmod.py").write_text("import textwrap\nVALUE = 7\n")
         (tmp_path / "prog.py").write_text(
@@ -186,7 +186,7 @@ class TestRelativePaths:
         assert d.out == "True\n" and d.warnings() == [], d
 
     def test_trace_list(self, tmp_path):
-        from conftest import run_python
+        from support import run_python
         (tmp_path / "sub").mkdir()
         r = run_python(["-c", "import os, json; os.chdir('sub')"], cwd=tmp_path,
                        PYCDSMODE="TRACE", PYCDSLIST="mods.lst")

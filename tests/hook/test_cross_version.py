@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from conftest import clean_env, run_python
+from support import clean_env, run_python
 
 SUPPORTED = ("3.10", "3.11", "3.12", "3.13")
 PROBE = ("import _imp, sys, pycds._nativeapi; "

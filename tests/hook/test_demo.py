@@ -2,7 +2,7 @@
 
 import os
 
-from conftest import ROOT, dump_and_share, run_python
+from support import ROOT, dump_and_share, run_python
 
 SERVICE = os.path.join(ROOT, "examples", "service.py")
 BF16_INFER = os.path.join(ROOT, "examples", "bf16_infer.py")

@@ -12,7 +12,7 @@ import pytest
 
 from pycds import _archive
 
-from conftest import clean_env, dump_and_share, installed, run_python, settle
+from support import clean_env, dump_and_share, installed, run_python, settle
 
 
 class TestRoundTrip:

@@ -6,7 +6,7 @@ from importlib.machinery import SourceFileLoader
 
 import pytest
 
-from conftest import import_state, run_python, uncache
+from support import import_state, run_python, uncache
 from pycds import _config
 from pycds import share as finder
 

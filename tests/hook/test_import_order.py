@@ -2,7 +2,7 @@
 asks for them (predicted from the code: pycds.dumping.order; TRACE records
 it: pycds.dumping.import_order), not sys.modules' finishing order."""
 
-from conftest import run_python
+from support import run_python
 from pycds import _archive
 
 # opkg's body imports its submodules: they finish before it does.

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import import_state, run_python
+from support import import_state, run_python
 
 import pycds
 from pycds import _config

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import pycds_installed_pth, run_python
+from support import pycds_installed_pth, run_python
 
 
 class TestPth:

@@ -2,7 +2,7 @@
 
 import os
 
-from conftest import ROOT, dump_and_share, run_python
+from support import ROOT, dump_and_share, run_python
 
 REALAPP = os.path.join(ROOT, "examples", "realapp.py")
 

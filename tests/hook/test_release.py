@@ -1,6 +1,6 @@
 """Memory given back once a module body ran (native/archive/loader/release.c).
 
-Every SHARE child of the suite runs with PYCDSRELEASE=protect (conftest):
+Every SHARE child of the suite runs with PYCDSRELEASE=protect (support.clean_env):
 the pages given back are made inaccessible, so a use of anything released
 faults.  These tests build modules whose constants live on in every way a
 module keeps them (globals, default arguments, class attributes and
@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from conftest import dump_and_share, installed, run_python, settle
+from support import dump_and_share, installed, run_python, settle
 
 RELEASES = sys.version_info >= (3, 11)    # 3.10 chunks hold raw data: kept
 # What goes back is whole pages of this size (16 or 64 KiB on some aarch64

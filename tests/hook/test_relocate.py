@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import clean_env, installed, run_python, settle
+from support import clean_env, installed, run_python, settle
 
 MAIN = textwrap.dedent("""\
     import importlib.resources, inspect, sys, traceback

@@ -8,7 +8,7 @@ import os
 import textwrap
 import time
 
-from conftest import installed, run_python, settle
+from support import installed, run_python, settle
 from pycds import _archive
 from pycds.dumping import dumper as _dumper
 

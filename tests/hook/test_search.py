@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import import_state, run_python
+from support import import_state, run_python
 from pycds import _archive, _search
 
 PathFinder = importlib.machinery.PathFinder

@@ -14,7 +14,7 @@ from importlib.machinery import SourceFileLoader
 
 import pytest
 
-from conftest import import_state, run_python, uncache
+from support import import_state, run_python, uncache
 from pycds import share as finder
 from test_cfind import dumped_app
 from test_finder import archived_pkg, make_finder, placed  # noqa: F401  (fixture)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import run_python
+from support import run_python
 
 PROGRAM = r"""
 import os

@@ -10,7 +10,7 @@ this program.
 import textwrap
 import time
 
-from conftest import run_python
+from support import run_python
 
 RACE = r"""
 import importlib, threading

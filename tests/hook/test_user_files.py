@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import clean_env, run_python
+from support import clean_env, run_python
 
 APP = "import json, email.message\nprint('app ran')\n"
 MAGIC = b"PYCDS\x00ar"

@@ -16,10 +16,9 @@ from pycds import _nativeapi as N, _nativewriter as NW
 from pycds import _files as W
 from pycds.errors import NativeError
 
-from conftest import ROOT, flip_bits, run_python
+from support import ROOT, flip_bits, load_script, run_python
 
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import twin_check as T  # noqa: E402  (scripts/ is not a package)
+T = load_script("twin_check")
 
 TRICKY = r'''
 import math
@@ -515,7 +514,7 @@ def test_status_codes_are_the_native_modules():
 
 # ---- the archive-wide string table (docs/archive-format.md, INTERN) -------
 
-import fuzz_archive as FZ  # noqa: E402  (scripts/, as twin_check)
+FZ = load_script("fuzz_archive")
 
 STR_HEAD = 48 if sys.version_info < (3, 12) else 40   # PyASCIIObject + wstr (3.10/3.11)
 

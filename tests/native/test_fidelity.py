@@ -147,7 +147,7 @@ def test_code_watchers_see_each_loaded_code_object(loaded):
 def share_run(tmp_path, probe):
     """``python -c probe`` under SHARE (PYCDSVERBOSE=1), with an archive of
     module m (SRC) dumped in tmp_path."""
-    from conftest import run_python
+    from support import run_python
     (tmp_path / "m.py").write_text(SRC)
     img = str(tmp_path / "a.img")
     run_python(["-c", "import m"], cwd=tmp_path, PYCDSMODE="DUMP", PYCDSARCHIVE=img)

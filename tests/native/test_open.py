@@ -229,7 +229,7 @@ def test_a_meta_block_too_large_for_memory_is_one_warning(tmp_path, good):
     with open("/proc/sys/vm/overcommit_memory") as f:
         if f.read().strip() == "1":
             pytest.skip("overcommit_memory=1: the allocation would succeed")
-    from conftest import run_python
+    from support import run_python
     big = 1 << 40
     path = _write(tmp_path, _resign(good, file_len=big, meta_off=1 << 20,
                                     meta_len=big - (1 << 20)), name="huge.img")
@@ -259,7 +259,7 @@ def test_the_program_s_audit_hooks_see_no_opening_of_the_archive(tmp_path):
     # run either, neither at the opening (the native reader) nor where
     # the first archived import opens the file again for the native
     # handle.
-    from conftest import run_python
+    from support import run_python
     prog = tmp_path / "prog.py"
     prog.write_text(
         "import os, sys\n"
@@ -291,7 +291,7 @@ def test_an_archive_others_could_write_since_the_opening_is_refused(tmp_path, ch
     # sticky bit) between the opening and the first archived import, the
     # archive may hold anything by the time the native handle opens it
     # again: refused then (one warning, plain import), as at the opening.
-    from conftest import run_python
+    from support import run_python
     d = tmp_path / "arc"
     d.mkdir()
     img = str(d / "a.img")
@@ -319,7 +319,7 @@ def test_an_archive_copied_over_in_place_before_the_first_hit_is_taken(tmp_path)
     # import keeps the inode but not the archive the opening read: the
     # archive there now is taken (as one renamed over it is), not read
     # with the first one's index (which would take it for damage).
-    from conftest import run_python
+    from support import run_python
     img, other = str(tmp_path / "a.img"), str(tmp_path / "b.img")
     prog = tmp_path / "prog.py"
     prog.write_text(

@@ -16,7 +16,7 @@ import pytest
 
 from pycds import _archive
 
-from conftest import ROOT, installed, run_python, settle
+from support import ROOT, installed, load_script, run_python, settle
 
 SHIM_SRC = os.path.join(ROOT, "scripts", "pagesize_shim.c")
 PAGES = [16384, 65536]
@@ -157,11 +157,7 @@ def test_whole_pages_of_the_size_in_force_are_given_back(tmp_path, shim, size):
 
 
 def test_heap_section_off_the_formats_alignment_is_refused_with_the_reason(tmp_path):
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        import twin_check as T
-    finally:
-        sys.path.pop(0)
+    T = load_script("twin_check")
     from pycds import _nativeapi as N, _nativewriter as NW
     from pycds.errors import NativeError
     path, _ = T.write_archive([("a", compile("x = 1\n", "/v/a.py", "exec"))], str(tmp_path))

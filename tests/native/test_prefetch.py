@@ -15,7 +15,7 @@ from pycds import _archive
 from pycds import _nativeapi as N
 from pycds.errors import NativeError
 
-from conftest import flip_bits, run_python
+from support import flip_bits, run_python
 from test_archive import archive_of, same_code
 
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2

@@ -6,15 +6,14 @@ field in memory; and the check must see a change to any one field."""
 import contextlib
 import ctypes
 import marshal
-import os
 import sys
 import types
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import twin_check as T  # noqa: E402  (scripts/ is not a package)
+from support import load_script
+
+T = load_script("twin_check")
 
 SOURCE = r'''
 import math

@@ -14,7 +14,7 @@ import sys
 
 import pycds
 
-from conftest import ROOT, clean_env
+from support import ROOT, clean_env
 
 # The reference benchmark is a script of the checkout, not a module of the
 # installed package: load it by path (it imports the installed pycds).

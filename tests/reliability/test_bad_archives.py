@@ -14,10 +14,12 @@ import sys
 
 import pytest
 
-from conftest import Run, clean_env, run_python, without_dac_bypass
-from _rel import archive_dir, base_archive, dump, fuzz_archive, refused, share  # noqa: F401
+from support import Run, clean_env, load_script, run_python, without_dac_bypass
+from support.reliability import dump, refused, share
 
 from pycds import _archive
+
+fuzz_archive = load_script("fuzz_archive")
 
 
 def _write(path, data, mode=0o644):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import Run, clean_env, run_python, without_dac_bypass
+from support import Run, clean_env, run_python, without_dac_bypass
 
 REAL = textwrap.dedent("""
     import json, email.parser, http.client, numpy, decimal, argparse

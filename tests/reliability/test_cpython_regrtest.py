@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from _rel import fuzz_archive  # noqa: F401  (puts scripts/ on sys.path)
-import cpython_regrtest  # noqa: E402
+from support import load_script
+
+cpython_regrtest = load_script("cpython_regrtest")
 
 
 @pytest.mark.slow

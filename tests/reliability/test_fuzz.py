@@ -16,8 +16,9 @@ import random
 import subprocess
 import sys
 
-from _rel import archive_dir, base_archive, fuzz_archive  # noqa: F401
-from conftest import clean_env
+from support import clean_env, load_script
+
+fuzz_archive = load_script("fuzz_archive")
 
 SEED = 20261129
 

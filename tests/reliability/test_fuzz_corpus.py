@@ -32,7 +32,7 @@ import tarfile
 
 import pytest
 
-from conftest import ROOT, clean_env
+from support import ROOT, clean_env, load_script
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_corpus")
 INPUTS = sorted(f"{d}/{n}" for d in os.listdir(CORPUS) if d.startswith("cpython-")
@@ -41,9 +41,12 @@ MINIMIZED = sorted(os.listdir(os.path.join(CORPUS, "minimized")))
 HERE = "cpython-%d.%d" % sys.version_info[:2]
 
 REPLAY = r"""
-import os, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
-import fuzz_coverage
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location(
+    "fuzz_coverage", os.path.join(sys.argv[1], "scripts", "fuzz_coverage.py"))
+fuzz_coverage = importlib.util.module_from_spec(spec)
+sys.modules["fuzz_coverage"] = fuzz_coverage
+spec.loader.exec_module(fuzz_coverage)
 h = fuzz_coverage.Harness(os.getcwd())
 for path in sys.argv[2:]:
     with open(path, "rb") as f:
@@ -131,11 +134,7 @@ def test_the_seeds_load(tmp_path):
         out = load_seed(tmp_path, f.read()[1:])
     if out.startswith("foreign:"):
         assert "made by another interpreter (version " in out, out
-        sys.path.insert(0, os.path.join(ROOT, "scripts"))
-        try:
-            import fuzz_coverage
-        finally:
-            sys.path.remove(os.path.join(ROOT, "scripts"))
+        fuzz_coverage = load_script("fuzz_coverage")
         work = tmp_path / "seedwork"
         work.mkdir()
         out = load_seed(tmp_path, fuzz_coverage.seed_archive(sys.executable, str(work)))

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from _rel import fuzz_archive  # noqa: F401  (puts scripts/ on sys.path)
-import soak  # noqa: E402
+from support import load_script
+
+soak = load_script("soak")
 
 
 def test_the_oracle_rejects_a_version_that_was_not_current():

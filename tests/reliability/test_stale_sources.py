@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_python
+from support import run_python
 
 
 def write(path, text):

@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
-from _rel import fuzz_archive  # noqa: F401  (puts scripts/ on sys.path)
-import write_faults  # noqa: E402
+from support import load_script
+
+write_faults = load_script("write_faults")
 
 
 @pytest.fixture(scope="module")
