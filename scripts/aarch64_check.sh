@@ -23,14 +23,14 @@
 #                                        default: CPython 3.11; trixie has
 #                                        3.13), in /tmp/pycds-arm64-SUITE
 #     PYCDS_ARM64_PAGES="4096 65536"     page sizes to check
-#     PYCDS_ARM64_TESTS="tests/native/test_pagesize.py tests/hook -x"
+#     PYCDS_ARM64_TESTS="tests/native/test_pagesize.py tests/share -x"
 #                                        pytest arguments, run in the chroot
 #                                        under each page size as well
 #     PYCDS_ARM64_WHEELS=OUTDIR          copy the aarch64 wheel out to OUTDIR
 # Emulated, everything runs 5-20x slower than native: the first run takes
 # a few minutes to make the chroot plus a few to build pycds there.
 # The venv gets the test extras of pyproject.toml as wheels (numpy, flask,
-# boto3, safetensors, ...: tests/hook/test_demo.py and test_realapp.py run
+# boto3, safetensors, ...: tests/programs/test_demo.py and test_realapp.py run
 # them), and the chroot Debian's libpython3.X-testsuite (CPython's own
 # tests: tests/reliability/test_cpython_regrtest.py runs three of them).
 # The chroot's directory is bind-mounted on itself for the run, so
@@ -205,7 +205,7 @@ if ! in_chroot "$PY" -c 'import cffi, pytest, hypothesis, setuptools, wheel' 2>/
     in_chroot "$PY" -m pip install -q flask || say "flask did not install, going on without it"
 fi
 # The rest of the test extras (pyproject.toml's [test]: the examples that
-# tests/hook/test_demo.py and test_realapp.py run), as wheels only.
+# tests/programs/test_demo.py and test_realapp.py run), as wheels only.
 if ! in_chroot "$PY" -c 'import boto3, ml_dtypes, safetensors, tokenizers' 2>/dev/null; then
     say "installing boto3, ml_dtypes, safetensors, tokenizers (wheels only)"
     in_chroot "$PY" -m pip install -q --only-binary=:all: "boto3>=1.26" "ml_dtypes>=0.3" \

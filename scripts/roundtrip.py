@@ -15,7 +15,7 @@ the program's modules (``[pycds] served NAME`` on stderr under
 ``PYCDSVERBOSE=1``) without a warning.  Prints one line per
 SHARE run and a verdict; exit status 0 when all of it holds, else 1.  Used by
 ``scripts/aarch64_check.sh`` (in the arm64 chroot), by the cibuildwheel
-test-command in pyproject.toml and by ``tests/test_wheel.py``.
+test-command in pyproject.toml and by ``tests/packaging/test_wheel.py``.
 """
 
 import os

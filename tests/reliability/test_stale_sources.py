@@ -1,4 +1,4 @@
-"""Issue 3, part 4: stale and shadowed sources beyond tests/hook/test_e2e.py.
+"""Issue 3, part 4: stale and shadowed sources beyond tests/share/test_freshness.py.
 
 Every case compares a SHARE run with a plain run made under the same
 conditions *at the same moment*: pycds may serve or fall back, but the

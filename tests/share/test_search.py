@@ -238,12 +238,13 @@ class TestReplay:
         index = _archive.Index.open(img)
         steps = index.lookup("fresh").search[0]
         assert steps[0][:2] == ("", str(tmp_path)) and steps[0][2] is None
+        cwd = os.getcwd()
         os.chdir(tmp_path)
         try:
             with import_state(path=[""] + sys.path):
                 mine, plain, replayed = both(index, "fresh")
         finally:
-            os.chdir(os.path.dirname(tmp_path))
+            os.chdir(cwd)
         assert mine == plain and mine[3] == str(tmp_path / "fresh.py")
         assert replayed == 0
 
