@@ -675,9 +675,13 @@ class TestStringTable:
 
 
 GIVEN_BACK = """
-import sys
-sys.path.insert(0, sys.argv[1])
-import twin_check as T
+import os, sys
+import importlib.util
+for _name in ("cprobe", "twin_check"):     # scripts/, by path (twin_check imports cprobe)
+    _spec = importlib.util.spec_from_file_location(_name, os.path.join(sys.argv[1], _name + ".py"))
+    sys.modules[_name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules[_name])
+T = sys.modules["twin_check"]
 from pycds import _archive, _nativeapi as N, _nativewriter as NW
 names = [f"tab_given_back_name_{i:04d}" for i in range(800)]
 src_a = "".join(f"{n} = {i}\\n" for i, n in enumerate(names))

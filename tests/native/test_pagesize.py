@@ -109,8 +109,12 @@ def test_served_whichever_page_size_wrote_it(program, shim, release, dump_page, 
 # force, and the heap section sits at a multiple of 4096 but not of 65536.
 GIVEN_BACK = """
 import os, sys
-sys.path.insert(0, sys.argv[1])
-import twin_check as T
+import importlib.util
+for _name in ("cprobe", "twin_check"):     # scripts/, by path (twin_check imports cprobe)
+    _spec = importlib.util.spec_from_file_location(_name, os.path.join(sys.argv[1], _name + ".py"))
+    sys.modules[_name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules[_name])
+T = sys.modules["twin_check"]
 from pycds import _archive, _nativeapi as N, _nativewriter as NW
 from pycds import _files as W
 page = os.sysconf("SC_PAGESIZE")
