@@ -719,14 +719,15 @@ def imported_by_interpreter():
 
 
 
-def import_native(search_path=None):
-    """Import and return pycds._nativeapi; raise ImportError if it fails.
+def import_native(load, search_path=None):
+    """Return load() run with pycds's own _cffi_backend; raise ImportError.
 
-    ``pycds._nativeapi``, imported with pycds's own ``_cffi_backend``:
-    at the first archive hit of a SHARE run, at the start of a DUMP run
-    and of an AUTO run that records (pycds.dumping.dumper.preload).  (Here, not
-    in a module of its own: a SHARE run's first hit would import one more
-    module.)
+    ``load`` imports and returns ``pycds._nativeapi`` (its caller's: this
+    module imports none of the native side): run with pycds's own
+    ``_cffi_backend`` at the first archive hit of a SHARE run, at the start
+    of a DUMP run and of an AUTO run that records
+    (pycds.dumping.dumper.preload).  (Here, not in a module of its own: a
+    SHARE run's first hit would import one more module.)
 
     Where the program has imported a ``_cffi_backend``, the native module
     uses that one.  Else pycds's is loaded from ``search_path`` (the search
@@ -743,14 +744,12 @@ def import_native(search_path=None):
     audit hooks see the import (``_bootstrap._load`` raises the "import"
     event) and may refuse it.  Raises ImportError where it cannot be
     loaded."""
-    api = sys.modules.get(__package__ + "._nativeapi")
-    if api is not None:
-        return api
+    if __package__ + "._native" in sys.modules:
+        return load()       # (its _cffi_backend is bound already)
     import _frozen_importlib as _bootstrap
     with _bootstrap._ModuleLockManager("_cffi_backend"):
         if "_cffi_backend" in sys.modules:
-            from . import _nativeapi
-            return _nativeapi
+            return load()
         spec = None
         if search_path:
             spec = _bootstrap_external.PathFinder.find_spec("_cffi_backend",
@@ -760,11 +759,10 @@ def import_native(search_path=None):
         else:
             import _cffi_backend as ours
         try:
-            from . import _nativeapi
+            return load()
         finally:
             if sys.modules.get("_cffi_backend") is ours:
                 del sys.modules["_cffi_backend"]
-    return _nativeapi
 
 
 

@@ -553,6 +553,11 @@ def _pycds_version():
     return __version__
 
 
+def _native_writer():
+    from .. import _nativewriter
+    return _nativewriter
+
+
 def preload():
     """Import what dump_at_exit needs, at the start of a DUMP run.
 
@@ -565,8 +570,7 @@ def preload():
     at exit.  A failure is left for the dump at exit to report."""
     try:
         _files.fcntl_module()
-        import_native(sys.path)     # (the program has not run yet)
-        from .. import _nativewriter  # noqa: F401
+        import_native(_native_writer, sys.path)     # (the program has not run yet)
     except Exception:
         pass
 

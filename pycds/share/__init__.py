@@ -837,8 +837,12 @@ class CDSFinder:
     # End of importlib.abc.MetaPathFinder interface
 
 
-def install(config
-, replacing=None, startup_path=None, started_plain=(), first=None):
+def _native_api():
+    from .. import _nativeapi
+    return _nativeapi
+
+
+def install(config, replacing=None, startup_path=None, started_plain=(), first=None):
     """Open the archive and install a CDSFinder; return it, or None.
 
     Open ``config.archive`` and put a :class:`CDSFinder` on
@@ -872,7 +876,7 @@ def install(config
     session, _tree_root = _config.share_session()
     auto = _auto = config.mode == MODE_AUTO
     try:
-        N = import_native(_startup_path)
+        N = import_native(_native_api, _startup_path)
     except Exception as e:
         # Loading the native module runs imports the program does not make
         # (_cffi_backend), which its audit hooks (or, where it is not on the

@@ -11,7 +11,7 @@ import textwrap
 import _imp
 import py_compile
 
-from conftest import run_python, settle
+from support import run_python, settle
 from pycds import _nativewriter as N
 
 # unused() is copied first with fresh bytecode, the rest after they ran.

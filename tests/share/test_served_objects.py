@@ -60,7 +60,7 @@ class TestWideStrings:
 class TestManyInternedStrings:
     """A module whose load re-interns more strings than one growth of the
     interned dict makes room for (3.13 reserves that room before interning,
-    pycds/native layout_312.h): served, in batches, as plain import runs it.
+    pycds/native layout_313.h): served, in batches, as plain import runs it.
     It used to spin for good in the reservation."""
 
     def test_more_strings_than_one_resize_makes_room_for(self, tmp_path):

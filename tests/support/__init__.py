@@ -113,7 +113,7 @@ def installed(path, age=3600):
     """Make the module at ``path`` look installed ``age`` seconds ago: the
     source and a valid .pyc (py_compile, as pip and compileall write them)
     with mtimes that old.  Once :func:`settle` d, a DUMP run archives the
-    code the import of such a module ran (pycds.dump.capture); a module written
+    code the import of such a module ran (pycds.dumping.capture); a module written
     just now is read again."""
     import py_compile
     import time
@@ -126,12 +126,12 @@ def installed(path, age=3600):
 
 def settle(*dirs):
     """Wait until every file under ``dirs`` was last changed (its ctime)
-    longer ago than pycds.dump.capture.SETTLED_NS: a DUMP run takes no module
+    longer ago than pycds.dumping.capture.SETTLED_NS: a DUMP run takes no module
     from a capture whose source or .pyc changed less than that before its
     import.  Tests that need captures make all their files first, then
     settle once."""
     import time
-    from pycds.dump import capture as _capture
+    from pycds.dumping import capture as _capture
     newest = 0
     for d in dirs:
         for root, _, files in os.walk(d):

@@ -8,7 +8,7 @@
  * pycds/_search.py and pycds/_pyc.py compare, as the tuples their own stat
  * helpers make from os.stat.  Whether a search replays and whether plain
  * import would run the archived code is decided there, once, on either
- * kind of facts (tests/hook/test_cfind.py checks that both agree).  An
+ * kind of facts (tests/share/test_cfind.py checks that both agree).  An
  * entry this path does not expect, or any failure, makes it decline:
  * Index.lookup then runs, and raises or answers as it does.
  */

@@ -13,7 +13,7 @@
  * goes to the Python side unchanged (the finder's Python find_spec, the
  * ArchivedCode's _call_py / _failed), which judges and warns as before:
  * the rules stay written once, in Python, and this path only takes the
- * case where they all hold (tests/hook/test_serve.py runs both on the same
+ * case where they all hold (tests/share/test_serve.py runs both on the same
  * inputs).
  *
  * Called by the interpreter, with the GIL held (not through cffi), except
