@@ -14,21 +14,26 @@ damaged one.
 import os
 
 from . import _archive, _files
-from .errors import ArchiveFormatError, ForeignArchiveError
+from .errors import PROGRAM_STATE_ERRORS, ArchiveFormatError, ForeignArchiveError
 
 __all__ = ["refusal", "not_replaceable", "directory_refusal"]
 
 
 def _untrusted(path, file=True):
     # pycds._nativeapi.check_trusted's reason, or "" (also where the native
-    # module cannot be loaded: then no archive is used anyway).
+    # module cannot be loaded -- not built, or its import refused by an
+    # audit hook of the program's: the failure policy's "reason not to use
+    # the archive" -- then no archive is used anyway).
     try:
         from ._nativeapi import check_trusted
+    except PROGRAM_STATE_ERRORS:
+        raise
+    except Exception:
+        return ""
+    try:
         check_trusted(path, file)
     except (ArchiveFormatError, OSError) as e:
         return str(e)
-    except ImportError:
-        pass
     return ""
 
 

@@ -172,9 +172,8 @@ def stats():
     out["fallbacks"] = dict(_counters["fallbacks"])
     native = _installed.archive._native if _installed is not None else None
     out["prefetched"] = native.prefetched() if native is not None else 0
-    search = sys.modules.get(__package__ + "._search")
-    if search is not None:
-        out["searches_replayed"] += search.replayed
+    if _search_mod is not None:
+        out["searches_replayed"] += _search_mod.replayed
     served, replayed, nbytes, ns, released = memoryview(_served_counts).cast("Q")
     out["served"] += served
     out["searches_replayed"] += replayed

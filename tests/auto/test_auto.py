@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -453,3 +454,31 @@ def test_a_fork_sees_no_thread_of_pycds(tmp_path, mode):
                    PYCDSMODE=mode, PYCDSARCHIVE=str(img), PYCDSSETTLE="0.5")
     assert (r.rc, r.out, r.err) == (0, "forked True\n", ""), r
     assert "csv" in archived(img)
+
+
+def test_an_audit_hook_refusing_the_native_module_runs_plain(tmp_path):
+    # With an archive to share, AUTO loads the native module at the first
+    # import; the program's audit hook refuses _cffi_backend: one warning,
+    # the program runs as plain Python (it once died of the hook's error,
+    # raised again by AUTO's look at the archive's directory).
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""\
+        import sys
+        def hook(event, args):
+            if event == "import" and args[0] == "_cffi_backend":
+                raise RuntimeError("no cffi here")
+        if len(sys.argv) > 1:
+            sys.addaudithook(hook)
+        import json, csv, email.message
+        print("ran", json.dumps([1]))
+        """))
+    img = str(tmp_path / "a.img")
+    first = run_python([str(prog)], cwd=tmp_path, PYCDSMODE="AUTO", PYCDSARCHIVE=img)
+    assert first.rc == 0 and os.path.exists(img), first
+    plain = run_python([str(prog), "hook"], cwd=tmp_path)
+    r = run_python([str(prog), "hook"], cwd=tmp_path, PYCDSMODE="AUTO", PYCDSARCHIVE=img)
+    assert (r.rc, r.out) == (plain.rc, plain.out) == (0, "ran [1]\n"), (plain, r)
+    # What the hook raised is the reason, said where the archive is
+    # ignored (and where AUTO cannot write it): no traceback.
+    assert r.warnings()[0] == f"[pycds] warning: archive {img} ignored: no cffi here", r
+    assert "Traceback" not in r.err, r

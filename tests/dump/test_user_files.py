@@ -266,7 +266,7 @@ class TestDumpSaysWhatItWrote:
         # The number said is the number archived.
         n = int(lines[0].split()[2])
         info = subprocess.run([sys.executable, "-m", "pycds", "info", "-q", str(archive)],
-                              capture_output=True, text=True, env=clean_env())
+                              capture_output=True, text=True, env=clean_env(), cwd=tmp_path)
         assert f"modules:      {n}\n" in info.stdout, info.stdout
 
     def test_one_module(self, app):

@@ -445,7 +445,7 @@ def _has_fallocate(directory):
 
 
 class TestWriteAtomic:
-    """pycds/_writer.write_atomic allocates the file's blocks before writing
+    """pycds._files.write_atomic allocates the file's blocks before writing
     (native/archive/writer/file.c), keeping its size and content as the writes make them."""
 
     def test_blocks_are_allocated_before_anything_is_written(self, tmp_path):

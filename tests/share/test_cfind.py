@@ -1125,3 +1125,22 @@ def test_what_the_program_raises_after_the_native_stats_propagates(tmp_path):
                    PYCDSVERBOSE=1)
     assert r.rc == 0 and r.warnings() == [], r
     assert r.out == "raised from the trace function\nFalse 1\n", r
+
+
+@pytest.mark.parametrize("check", ["hash", "unchecked"])
+def test_searches_replayed_in_python_are_counted(tmp_path, check):
+    # Under PYCDSCHECK=hash or unchecked every hit is judged in Python
+    # (pycds._search replays the search): stats() counts those replays.
+    app, arc = tmp_path / "app", tmp_path / "arc"
+    app.mkdir()
+    arc.mkdir()
+    (app / "prog.py").write_text(
+        "import json, email.message, pycds, pycds._search as s\n"
+        "print(pycds.stats()['searches_replayed'] == s.replayed > 0)\n")
+    img = str(arc / "a.img")
+    run_python(["prog.py"], cwd=app)
+    time.sleep(2.1)
+    assert run_python(["prog.py"], cwd=app, PYCDSMODE="DUMP", PYCDSARCHIVE=img).rc == 0
+    r = run_python(["prog.py"], cwd=app, PYCDSMODE="SHARE", PYCDSARCHIVE=img,
+                   PYCDSCHECK=check, PYCDSVERBOSE=1)
+    assert r.rc == 0 and r.out == "True\n" and "json.decoder" in r.served(), r

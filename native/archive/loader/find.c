@@ -859,7 +859,7 @@ cached_is_recorded(PyObject *origin, PyObject *pyc)
 
 /* What is stored under name (borrowed; NULL, exception cleared, where
  * nothing is): in the dict of the first class of obj's MRO that has it (a
- * class), in its dict (a module); as pycds._dicts orders them, running no
+ * class), in its dict (a module); as pycds._config._dicts orders them, running no
  * descriptor and no comparison of a program's. */
 static PyObject *
 stored(PyObject *obj, PyObject *name)
@@ -891,7 +891,7 @@ stored(PyObject *obj, PyObject *name)
  * search, loader).  The finder stands just before PathFinder on
  * sys.meta_path (pycds.share._path_finder_next), each (class, name,
  * original) of `search` is in the class's own dict as pycds started with it
- * (None: not there; pycds.search_replayable), and each (object, name, value) of `loader`
+ * (None: not there; pycds._config.search_replayable), and each (object, name, value) of `loader`
  * is what stored() finds (pycds._config.loader_patched), compared by identity.
  * 1 or 0 (any doubt, any error): the Python side then checks the same,
  * its way. */

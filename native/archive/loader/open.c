@@ -115,7 +115,7 @@ absolute(const char *path, char *out, size_t cap)
  * the sticky bit: every directory name resolution passes through, from
  * "/" down, including those holding the symbolic links on the way (whose
  * links others could change).  One lstat a path component.  The walk of
- * pycds's first reader (pycds/_trust.py), its messages kept. */
+ * pycds's first reader (a Python module then), its messages kept. */
 static int
 check_directories(const char *path)
 {
