@@ -723,8 +723,19 @@ class TestAddressSpaceLimit:
         for mib in range(16, 34, 2):
             r = run_python(["limit.py", str(mib)], cwd=tmp_path, PYCDSMODE="SHARE",
                            PYCDSARCHIVE=img, PYCDSRELEASE="1")
-            assert r.rc in (1, 3), (mib, r)
+            assert r.rc in (1, 3) or self._cpython_gave_up(r), (mib, r)
             assert "thread-local" not in r.err, (mib, r)
+
+    @staticmethod
+    def _cpython_gave_up(r):
+        # CPython's own death when memory runs out while it builds a
+        # traceback (PyTraceBack_Here -> _PyErr_NormalizeException, no frame
+        # of pycds's): plain 3.10 dies so too, at a lower limit (1 run in
+        # ~1000 over 6-16 MiB), and SHARE meets it a few times in a thousand
+        # near 18 MiB.  Anything else is a death of pycds's.
+        return r.rc == -6 and r.err.startswith(
+            "Fatal Python error: _PyErr_NormalizeException: Cannot recover from "
+            "MemoryErrors while normalizing exceptions.")
 
     BIG = ("import asyncio, email.mime.multipart, http.server, xml.dom.minidom, unittest, "
            "argparse, logging.handlers, decimal, pydoc, json, tarfile, zipfile, inspect, "
