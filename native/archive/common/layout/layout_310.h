@@ -284,30 +284,6 @@ pycds_layout_forget_code(PyObject *op)
     (void)op;
 }
 
-/* Room in the interned dict is reserved on 3.13 only (layout_313.h). */
-int
-pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
-{
-    *room = n;
-    return PYCDS_OK;
-}
-
-/* Code objects of 3.10 have no version (only 3.12 draws them from a counter
- * private to libpython). */
-int
-pycds_layout_version_counter_at(int64_t *offset)
-{
-    (void)offset;
-    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
-}
-
-int
-pycds_layout_use_version_counter(int64_t offset)
-{
-    (void)offset;
-    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
-}
-
 /* 3.10's marshal writes a frozenset's items in the writing process's
  * iteration order, which is not known here: pycds_layout_frozenset_items
  * sorts them by their bytes without FLAG_REF, an order that does not

@@ -152,4 +152,28 @@ pycds_layout_may_release(PyObject *root)
     return co->co_weakreflist == NULL && co->co_extra == NULL;
 }
 
+/* Room in the interned dict is reserved on 3.13 only (layout_313.h). */
+int
+pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
+{
+    *room = n;
+    return PYCDS_OK;
+}
+
+/* Code objects of 3.10 and 3.11 have no version (only 3.12 draws them from
+ * a counter private to libpython). */
+int
+pycds_layout_version_counter_at(int64_t *offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+
+int
+pycds_layout_use_version_counter(int64_t offset)
+{
+    (void)offset;
+    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
+}
+
 #endif /* PYCDS_LAYOUT_310_311_H */

@@ -163,30 +163,6 @@ check_code(const pycds_place *p, PyCodeObject *co)
     return rc;
 }
 
-/* Room in the interned dict is reserved on 3.13 only (layout_313.h). */
-int
-pycds_layout_intern_reserve(uint64_t n, uint64_t *room)
-{
-    *room = n;
-    return PYCDS_OK;
-}
-
-/* Code objects of 3.11 have no version (only 3.12 draws them from a counter
- * private to libpython). */
-int
-pycds_layout_version_counter_at(int64_t *offset)
-{
-    (void)offset;
-    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
-}
-
-int
-pycds_layout_use_version_counter(int64_t offset)
-{
-    (void)offset;
-    return pycds_fail(PYCDS_E_UNSUPPORTED, "code versions need no counter here");
-}
-
 /* 3.11's marshal writes a frozenset's items sorted by their own marshalled
  * bytes, iterating the set with borrowed references: an item held by the
  * set and by pycds_layout_frozenset_items' tuple only (two references) was
