@@ -268,8 +268,8 @@ typedef struct {
  * the name is likely in the archive; read it once a descriptor is set. */
 #define PYCDS_FIND_NO_FILE 1
 /* An index entry's pyc_kind where the dump run's code came from a
- * timestamp .pyc (pycds/_archive.py PYC_TIMESTAMP). */
-#define PYCDS_PYC_TIMESTAMP 1
+ * timestamp .pyc (pycds/_format.py PYC_TIMESTAMP). */
+#define PYCDS_PYC_TIMESTAMP PYCDS_FMT_PYC_TIMESTAMP
 
 /* Look up the module named `name` (a str) in the index and stat what its
  * entry names.  0 and nothing appended: not in the archive.  0 and five
